@@ -114,8 +114,14 @@ def backend_app() -> FastAPI:
     async def respond(req: ResponsesRequest) -> ResponsesReply:
         tool_outputs = [i for i in req.input if i.type == "function_call_output"]
         if not tool_outputs:
-            out = [Item(type="function_call", name="calculator", arguments='{"expression": "6*7"}',
-                        call_id=f"call_{uuid.uuid4().hex[:8]}")]
+            out = [
+                Item(
+                    type="function_call",
+                    name="calculator",
+                    arguments='{"expression": "6*7"}',
+                    call_id=f"call_{uuid.uuid4().hex[:8]}",
+                )
+            ]
         else:
             out = [Item(type="message", role="assistant", content=f"The answer is {tool_outputs[-1].output}.")]
         return ResponsesReply(id=f"resp_{uuid.uuid4().hex}", model=req.model, output=out)
@@ -206,7 +212,7 @@ def agent_app(resources_url: str, model_url: str, max_turns: int = 8) -> FastAPI
         raw = params["input"]
         history = [Item(role="user", content=raw)] if isinstance(raw, str) else [Item.model_validate(i) for i in raw]
         final, turns = "", 0
-        for turns in range(1, max_turns + 1):
+        for turns in range(1, max_turns + 1):  # noqa: B007 - the count is read after the loop
             body = ResponsesRequest(input=history, tools=params.get("tools", []))
             reply = ResponsesReply.model_validate((await post(f"{model_url}/v1/responses", body.model_dump())).json())
             history.extend(reply.output)
@@ -216,11 +222,13 @@ def agent_app(resources_url: str, model_url: str, max_turns: int = 8) -> FastAPI
                 break
             for call in calls:
                 args = CalcRequest.model_validate_json(call.arguments or "{}")
-                out = CalcReply.model_validate((await post(f"{resources_url}/{call.name}", args.model_dump(),
-                                                           headers)).json())
+                out = CalcReply.model_validate(
+                    (await post(f"{resources_url}/{call.name}", args.model_dump(), headers)).json()
+                )
                 history.append(Item(type="function_call_output", call_id=call.call_id, output=out.output))
         verdict = VerifyReply.model_validate(
-            (await post(f"{resources_url}/verify", VerifyBody(response=final).model_dump(), headers)).json())
+            (await post(f"{resources_url}/verify", VerifyBody(response=final).model_dump(), headers)).json()
+        )
         return RunReply(reward=verdict.reward, turns=turns, messages=history)
 
     return app
@@ -234,9 +242,12 @@ def main() -> None:
     p.add_argument("--resources", help="resources URL (role agent)")
     p.add_argument("--model", help="model URL (role agent)")
     a = p.parse_args()
-    app = {"backend": backend_app, "resources": resources_app,
-           "model": lambda: model_app(a.backend),
-           "agent": lambda: agent_app(a.resources, a.model)}[a.role]()
+    app = {
+        "backend": backend_app,
+        "resources": resources_app,
+        "model": lambda: model_app(a.backend),
+        "agent": lambda: agent_app(a.resources, a.model),
+    }[a.role]()
     uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning", access_log=False, backlog=4096)
 
 

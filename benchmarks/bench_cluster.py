@@ -48,17 +48,36 @@ class Cluster:
         ports: dict[tuple[str, int], int] = {}
         self.redis_url = redis_url
         self.prefix = f"rgbench:{uuid.uuid4().hex[:12]}:q"  # fresh per start: no collision with others
-        specs = loopback_topology([stack.ENV], redis_url=redis_url, api_key=API_KEY, agent_replicas=agents,
-                                  model_backend="scripted", agent_concurrency=per_agent_concurrency,
-                                  port_of=lambda name, i: ports.setdefault((name, i), free_port()))
-        extra = {"ROLLGATE_LOG_LEVEL": "WARNING", "ROLLGATE_GATEWAY__QUEUE_PREFIX": self.prefix,
-                 "ROLLGATE_GATEWAY__UI": "false", "ROLLGATE_MODEL__MODEL_PATH": "",
-                 "ROLLGATE_MODEL__SERVED_NAME": "scripted",
-                 # the scripted policy needs 2 turns; budgets must never be what ends an episode here
-                 "ROLLGATE_AGENT__MAX_TURNS": "64", "ROLLGATE_AGENT__MAX_OUTPUT_TOKENS": "1000000"}
-        self.procs = [Proc(f"{s.name}-{i}" if s.replicas > 1 else s.name, rollgate_cmd(*s.command(i)),
-                           s.replica_ports[i], env={**s.env, **extra}, log_dir=log_dir)
-                      for s in specs for i in range(s.replicas)]
+        specs = loopback_topology(
+            [stack.ENV],
+            redis_url=redis_url,
+            api_key=API_KEY,
+            agent_replicas=agents,
+            model_backend="scripted",
+            agent_concurrency=per_agent_concurrency,
+            port_of=lambda name, i: ports.setdefault((name, i), free_port()),
+        )
+        extra = {
+            "ROLLGATE_LOG_LEVEL": "WARNING",
+            "ROLLGATE_GATEWAY__QUEUE_PREFIX": self.prefix,
+            "ROLLGATE_GATEWAY__UI": "false",
+            "ROLLGATE_MODEL__MODEL_PATH": "",
+            "ROLLGATE_MODEL__SERVED_NAME": "scripted",
+            # the scripted policy needs 2 turns; budgets must never be what ends an episode here
+            "ROLLGATE_AGENT__MAX_TURNS": "64",
+            "ROLLGATE_AGENT__MAX_OUTPUT_TOKENS": "1000000",
+        }
+        self.procs = [
+            Proc(
+                f"{s.name}-{i}" if s.replicas > 1 else s.name,
+                rollgate_cmd(*s.command(i)),
+                s.replica_ports[i],
+                env={**s.env, **extra},
+                log_dir=log_dir,
+            )
+            for s in specs
+            for i in range(s.replicas)
+        ]
         self.gateway_url = next(p.url for p in self.procs if p.name == "gateway")
 
     def __enter__(self) -> Self:
@@ -118,8 +137,16 @@ async def run_job(client: httpx.AsyncClient, rows: list[dict[str, Any]], timeout
     raise RuntimeError(f"job {job_id} unfinished after {timeout_s:g}s: {len(records)}/{len(rows)} records")
 
 
-def summarize(conc: int, agents: int, records: list[dict[str, Any]], n_tasks: int, wall_s: float, first_s: float,
-              cpu: dict[str, float], trainer_cpu_s: float) -> dict[str, Any]:
+def summarize(
+    conc: int,
+    agents: int,
+    records: list[dict[str, Any]],
+    n_tasks: int,
+    wall_s: float,
+    first_s: float,
+    cpu: dict[str, float],
+    trainer_cpu_s: float,
+) -> dict[str, Any]:
     n = len(records)
     ok = sum(1 for r in records if r.get("outcome") == "completed" and r.get("reward") == 1.0)
     errors: dict[str, int] = {}
@@ -130,14 +157,21 @@ def summarize(conc: int, agents: int, records: list[dict[str, Any]], n_tasks: in
     episode = [r["timings"]["total_s"] for r in records if r.get("timings")]
     cpu_s = sum(cpu.values())
     return {
-        "shape": "cluster", "concurrency": conc, "agents": agents, "rollouts": n,
+        "shape": "cluster",
+        "concurrency": conc,
+        "agents": agents,
+        "rollouts": n,
         # a missing record is a failure too: every submitted task must yield exactly one
-        "failed": (n_tasks - n) + (n - ok), "errors": errors,
-        "rollouts_per_s": n / wall_s, "wall_s": wall_s, "first_record_s": first_s,
+        "failed": (n_tasks - n) + (n - ok),
+        "errors": errors,
+        "rollouts_per_s": n / wall_s,
+        "wall_s": wall_s,
+        "first_record_s": first_s,
         "cpu_ms_per_rollout": cpu_s / max(1, n) * 1000,
         "cpu_ms_per_rollout_by_process": {k: v / max(1, n) * 1000 for k, v in cpu.items()},
         "trainer_cpu_ms_per_rollout": trainer_cpu_s / max(1, n) * 1000,
-        "episode_p50_ms": percentile(episode, 50) * 1000, "episode_p99_ms": percentile(episode, 99) * 1000,
+        "episode_p50_ms": percentile(episode, 50) * 1000,
+        "episode_p99_ms": percentile(episode, 99) * 1000,
     }
 
 
@@ -149,9 +183,12 @@ async def measure_level(a: argparse.Namespace, conc: int, log_dir: Path) -> list
     with Cluster(a.redis_url, agents=a.agents, per_agent_concurrency=per_agent, log_dir=log_dir) as cluster:
         pids = cluster.pids()
         limits = httpx.Limits(max_connections=8)
-        async with httpx.AsyncClient(base_url=cluster.gateway_url, limits=limits,
-                                     headers={"authorization": f"Bearer {API_KEY}"},
-                                     timeout=httpx.Timeout(a.timeout_s, connect=5)) as client:
+        async with httpx.AsyncClient(
+            base_url=cluster.gateway_url,
+            limits=limits,
+            headers={"authorization": f"Bearer {API_KEY}"},
+            timeout=httpx.Timeout(a.timeout_s, connect=5),
+        ) as client:
             await run_job(client, [stack.task_row(10**8 + i) for i in range(max(2 * conc, 200))], a.timeout_s)
             for rep in range(a.repeats):
                 rows = [stack.task_row(rep * a.tasks + i) for i in range(a.tasks)]
@@ -160,18 +197,38 @@ async def measure_level(a: argparse.Namespace, conc: int, log_dir: Path) -> list
                 t0 = time.perf_counter()
                 records, progress, first = await run_job(client, rows, a.timeout_s)
                 wall = time.perf_counter() - t0
-                row = summarize(conc, a.agents, records, a.tasks, wall, first, cpu_delta(cpu0, pids),
-                                common.cpu_seconds(os.getpid()) - me0)
+                row = summarize(
+                    conc,
+                    a.agents,
+                    records,
+                    a.tasks,
+                    wall,
+                    first,
+                    cpu_delta(cpu0, pids),
+                    common.cpu_seconds(os.getpid()) - me0,
+                )
                 row["load_avg"] = load
                 row["reclaimed"] = progress.get("reclaimed")
                 out.append(row)
-                common.print_table([row], COLUMNS, title=f"concurrency {conc}, run {rep + 1}/{a.repeats} "
-                                                          f"(load avg {load:.2f})")
+                common.print_table(
+                    [row], COLUMNS, title=f"concurrency {conc}, run {rep + 1}/{a.repeats} (load avg {load:.2f})"
+                )
     return out
 
 
-COLUMNS = ["shape", "concurrency", "agents", "rollouts", "failed", "rollouts_per_s", "cpu_ms_per_rollout",
-           "trainer_cpu_ms_per_rollout", "first_record_s", "episode_p50_ms", "episode_p99_ms"]
+COLUMNS = [
+    "shape",
+    "concurrency",
+    "agents",
+    "rollouts",
+    "failed",
+    "rollouts_per_s",
+    "cpu_ms_per_rollout",
+    "trainer_cpu_ms_per_rollout",
+    "first_record_s",
+    "episode_p50_ms",
+    "episode_p99_ms",
+]
 
 
 async def main_async(a: argparse.Namespace) -> int:
@@ -181,17 +238,32 @@ async def main_async(a: argparse.Namespace) -> int:
     for conc in (int(c) for c in a.concurrency.split(",")):
         runs += await measure_level(a, conc, log_dir)
     table = median_rows([[r] for r in runs])
-    common.print_table(table, [*COLUMNS[:6], "rps_min", "rps_max", *COLUMNS[6:]],
-                       title=f"median of {a.repeats} jobs of {a.tasks} tasks")
+    common.print_table(
+        table,
+        [*COLUMNS[:6], "rps_min", "rps_max", *COLUMNS[6:]],
+        title=f"median of {a.repeats} jobs of {a.tasks} tasks",
+    )
     for r in table:
         parts = ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_ms_per_rollout_by_process"].items())
         print(f"CPU ms/rollout by process at concurrency {r['concurrency']}: {parts}")
-    path = common.write_results("bench_cluster", {
-        "parts": {"model": "model service, scripted backend (no tokenizer)", "env": "math (calculator tool)",
-                  "queue": "Redis Streams (gateway role)", "sessions": "redis"},
-        "tasks_per_job": a.tasks, "repeats": a.repeats, "agents": a.agents,
-        "agent_concurrency": "the level split over the agent workers (ROLLGATE_AGENT__CONCURRENCY each)",
-        "median": table, "runs": runs, "logs": "per process, in a temporary folder"})
+    path = common.write_results(
+        "bench_cluster",
+        {
+            "parts": {
+                "model": "model service, scripted backend (no tokenizer)",
+                "env": "math (calculator tool)",
+                "queue": "Redis Streams (gateway role)",
+                "sessions": "redis",
+            },
+            "tasks_per_job": a.tasks,
+            "repeats": a.repeats,
+            "agents": a.agents,
+            "agent_concurrency": "the level split over the agent workers (ROLLGATE_AGENT__CONCURRENCY each)",
+            "median": table,
+            "runs": runs,
+            "logs": "per process, in a temporary folder",
+        },
+    )
     print(f"\nwritten: {path} (server logs: {log_dir})")
     return 0
 
@@ -203,8 +275,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--agents", type=int, default=1, help="agent worker processes (the level is split over them)")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="give up on a job after this long")
-    ap.add_argument("--redis-url", default=os.environ.get("ROLLGATE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
-                    help="Redis for sessions and the job queue (required: the gateway role needs it)")
+    ap.add_argument(
+        "--redis-url",
+        default=os.environ.get("ROLLGATE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        help="Redis for sessions and the job queue (required: the gateway role needs it)",
+    )
     logging.basicConfig(level=logging.WARNING)
     common.exit_on_sigterm()
     a = ap.parse_args()

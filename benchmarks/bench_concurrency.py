@@ -19,6 +19,7 @@ import os
 import sys
 import tempfile
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -73,25 +74,48 @@ async def run_level(n: int, agent: Any, counter: CountingModel, pids: dict[str, 
     for t in failed:
         key = common.error_key(t.outcome.value, t.error.message if t.error else f"reward {t.reward}")
         errors[key] = errors.get(key, 0) + 1
-    return {"episodes": n, "peak_waiting_on_model": peak_waiting, "failed": len(failed), "errors": errors,
-            "wall_s": wall, "rollouts_per_s": n / wall,
-            "p50_s": common.percentile(res.latencies_s, 50), "p99_s": common.percentile(res.latencies_s, 99),
-            "peak_rss_mb": peak_rss, "peak_rss_total_mb": sum(peak_rss.values())}
+    return {
+        "episodes": n,
+        "peak_waiting_on_model": peak_waiting,
+        "failed": len(failed),
+        "errors": errors,
+        "wall_s": wall,
+        "rollouts_per_s": n / wall,
+        "p50_s": common.percentile(res.latencies_s, 50),
+        "p99_s": common.percentile(res.latencies_s, 99),
+        "peak_rss_mb": peak_rss,
+        "peak_rss_total_mb": sum(peak_rss.values()),
+    }
 
 
 async def main_async(a: argparse.Namespace) -> int:
     fd_limit = common.raise_fd_limit(max(65536, 3 * max(a.levels) + 1024))  # children inherit it
     log_dir = Path(tempfile.mkdtemp(prefix="rollgate-bench-"))
     mport = free_port()
-    model = Proc("model", python_cmd("-m", "benchmarks.standins", "--port", str(mport), "--delay-s", str(a.delay_s)),
-                 mport, log_dir=log_dir)
-    resources = serve("resources", "resources", log_dir, "--env", stack.ENV,
-                      env={"ROLLGATE_SESSIONS__CAPACITY": str(10 * max(a.levels))})
+    model = Proc(
+        "model",
+        python_cmd("-m", "benchmarks.standins", "--port", str(mport), "--delay-s", str(a.delay_s)),
+        mport,
+        log_dir=log_dir,
+    )
+    resources = serve(
+        "resources",
+        "resources",
+        log_dir,
+        "--env",
+        stack.ENV,
+        env={"ROLLGATE_SESSIONS__CAPACITY": str(10 * max(a.levels))},
+    )
     procs = [model.start(), resources.start()]
     rows = []
     try:
-        settings = stack.agent_settings(model_timeout_s=a.delay_s + 120, episode_timeout_s=a.delay_s * 2 + 600,
-                                        seed_timeout_s=120, tool_timeout_s=120, verify_timeout_s=120)
+        settings = stack.agent_settings(
+            model_timeout_s=a.delay_s + 120,
+            episode_timeout_s=a.delay_s * 2 + 600,
+            seed_timeout_s=120,
+            tool_timeout_s=120,
+            verify_timeout_s=120,
+        )
         agent = stack.http_agent(model.url, resources.url, api_key=API_KEY, settings=settings)
         counter = CountingModel(agent.model)
         agent.model = counter  # type: ignore[assignment]
@@ -100,28 +124,53 @@ async def main_async(a: argparse.Namespace) -> int:
         for n in a.levels:
             row = await run_level(n, agent, counter, pids)
             rows.append(row)
-            common.print_table([{**row, **{f"rss_{k}_mb": v for k, v in row["peak_rss_mb"].items()}}],
-                               ["episodes", "peak_waiting_on_model", "failed", "wall_s", "rollouts_per_s", "p50_s",
-                                "p99_s", "rss_agent_mb", "rss_model_mb", "rss_resources_mb", "peak_rss_total_mb"],
-                               title=f"level {n}")
+            common.print_table(
+                [{**row, **{f"rss_{k}_mb": v for k, v in row["peak_rss_mb"].items()}}],
+                [
+                    "episodes",
+                    "peak_waiting_on_model",
+                    "failed",
+                    "wall_s",
+                    "rollouts_per_s",
+                    "p50_s",
+                    "p99_s",
+                    "rss_agent_mb",
+                    "rss_model_mb",
+                    "rss_resources_mb",
+                    "peak_rss_total_mb",
+                ],
+                title=f"level {n}",
+            )
         await stack.close_agent(agent)
     finally:
         for x in procs:
             x.stop()
     growth = []
-    for lo, hi in zip(rows, rows[1:]):
+    for lo, hi in pairwise(rows):
         dn = hi["peak_waiting_on_model"] - lo["peak_waiting_on_model"]
         if dn > 0:
-            growth.append({"from": lo["episodes"], "to": hi["episodes"],
-                           "kb_per_session": {k: (hi["peak_rss_mb"][k] - lo["peak_rss_mb"][k]) * 1024 / dn
-                                              for k in pids},
-                           "kb_per_session_total": (hi["peak_rss_total_mb"] - lo["peak_rss_total_mb"]) * 1024 / dn})
+            growth.append(
+                {
+                    "from": lo["episodes"],
+                    "to": hi["episodes"],
+                    "kb_per_session": {k: (hi["peak_rss_mb"][k] - lo["peak_rss_mb"][k]) * 1024 / dn for k in pids},
+                    "kb_per_session_total": (hi["peak_rss_total_mb"] - lo["peak_rss_total_mb"]) * 1024 / dn,
+                }
+            )
     for g in growth:
         per = ", ".join(f"{k} {v:.1f}" for k, v in g["kb_per_session"].items())
         print(f"RSS growth {g['from']} -> {g['to']} sessions: {g['kb_per_session_total']:.1f} KB/session ({per})")
-    path = common.write_results("bench_concurrency", {
-        "delay_s": a.delay_s, "fd_soft_limit": fd_limit, "baseline_rss_mb": baseline, "levels": rows,
-        "growth": growth, "load_avg_at_end": os.getloadavg()})
+    path = common.write_results(
+        "bench_concurrency",
+        {
+            "delay_s": a.delay_s,
+            "fd_soft_limit": fd_limit,
+            "baseline_rss_mb": baseline,
+            "levels": rows,
+            "growth": growth,
+            "load_avg_at_end": os.getloadavg(),
+        },
+    )
     print(f"\nwritten: {path}")
     return 0
 
@@ -129,8 +178,12 @@ async def main_async(a: argparse.Namespace) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--levels", default="1000,5000,10000", type=lambda s: [int(x) for x in s.split(",")])
-    ap.add_argument("--delay-s", type=float, default=20.0,
-                    help="model latency per call; long enough that every episode of a level is open at once")
+    ap.add_argument(
+        "--delay-s",
+        type=float,
+        default=20.0,
+        help="model latency per call; long enough that every episode of a level is open at once",
+    )
     logging.basicConfig(level=logging.WARNING)
     common.exit_on_sigterm()
     return uvloop.run(main_async(ap.parse_args()))

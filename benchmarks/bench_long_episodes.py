@@ -72,9 +72,14 @@ async def run_shape(shape: str, agent: Agent, turns: int, episodes: int) -> dict
             per_turn[k].append(timed.starts[k + 1] - timed.starts[k])
     cpu = time.process_time() - cpu0
     med = [statistics.median(v) * 1000 for v in per_turn]
-    row: dict[str, Any] = {"shape": shape, "turns": turns, "episodes": episodes,
-                           "agent_cpu_ms_per_turn": cpu / (episodes * turns) * 1000,
-                           "per_turn_ms": med, "request_bytes": sizes[:turns]}
+    row: dict[str, Any] = {
+        "shape": shape,
+        "turns": turns,
+        "episodes": episodes,
+        "agent_cpu_ms_per_turn": cpu / (episodes * turns) * 1000,
+        "per_turn_ms": med,
+        "request_bytes": sizes[:turns],
+    }
     for t in REPORT_TURNS:
         if t <= turns:
             row[f"turn{t}_ms"] = med[t - 1]
@@ -100,8 +105,15 @@ async def main_async(a: argparse.Namespace) -> int:
         finally:
             model.stop()
             resources.stop()
-    cols = ["shape", "turns", "episodes", *[c for t in REPORT_TURNS if t <= a.turns for c in (f"turn{t}_ms",)],
-            "last_over_first", *[f"turn{t}_kb" for t in REPORT_TURNS if t <= a.turns], "agent_cpu_ms_per_turn"]
+    cols = [
+        "shape",
+        "turns",
+        "episodes",
+        *[c for t in REPORT_TURNS if t <= a.turns for c in (f"turn{t}_ms",)],
+        "last_over_first",
+        *[f"turn{t}_kb" for t in REPORT_TURNS if t <= a.turns],
+        "agent_cpu_ms_per_turn",
+    ]
     common.print_table(rows, cols, title=f"per-turn time (median of {a.episodes} episodes, one at a time)")
     path = common.write_results("bench_long_episodes", {"rows": rows, "load_avg_at_end": os.getloadavg()})
     print(f"\nwritten: {path}")

@@ -29,10 +29,16 @@ async def run_level(service, concurrency: int, requests: int, tokens: int, offse
 
     async def one(i: int) -> int:
         async with slots:
-            resp = await service.create({
-                "model": "rollgate-tiny", "input": f"Request {i}: what is {i} + 1?", "max_output_tokens": tokens,
-                "temperature": 1.0, "seed": i,
-                "metadata": {"rollgate_training": "true", "rollgate_ignore_eos": "true"}})
+            resp = await service.create(
+                {
+                    "model": "rollgate-tiny",
+                    "input": f"Request {i}: what is {i} + 1?",
+                    "max_output_tokens": tokens,
+                    "temperature": 1.0,
+                    "seed": i,
+                    "metadata": {"rollgate_training": "true", "rollgate_ignore_eos": "true"},
+                }
+            )
         return resp["usage"]["output_tokens"]
 
     started = time.perf_counter()
@@ -60,20 +66,36 @@ async def main_async(args) -> dict:
         rows = []
         for c in LEVELS:
             requests = max(8, args.requests_per_slot * c)
-            runs = [await run_level(service, c, requests, args.tokens, offset=r * requests)
-                    for r in range(args.repeats)]
+            runs = [
+                await run_level(service, c, requests, args.tokens, offset=r * requests) for r in range(args.repeats)
+            ]
             tps = spread([r["tokens_per_s"] for r in runs])
-            rows.append({"concurrency": c, "requests": requests, "tokens": runs[0]["tokens"],
-                         "seconds_median": round(statistics.median(r["seconds"] for r in runs), 3),
-                         "tokens_per_s": round(tps["median"], 1), "tokens_per_s_min": round(tps["min"], 1),
-                         "tokens_per_s_max": round(tps["max"], 1),
-                         "spread_pct": round(100 * (tps["max"] - tps["min"]) / tps["median"], 1),
-                         "runs_tokens_per_s": [round(r["tokens_per_s"], 1) for r in runs]})
+            rows.append(
+                {
+                    "concurrency": c,
+                    "requests": requests,
+                    "tokens": runs[0]["tokens"],
+                    "seconds_median": round(statistics.median(r["seconds"] for r in runs), 3),
+                    "tokens_per_s": round(tps["median"], 1),
+                    "tokens_per_s_min": round(tps["min"], 1),
+                    "tokens_per_s_max": round(tps["max"], 1),
+                    "spread_pct": round(100 * (tps["max"] - tps["min"]) / tps["median"], 1),
+                    "runs_tokens_per_s": [round(r["tokens_per_s"], 1) for r in runs],
+                }
+            )
         base = rows[0]["tokens_per_s"]
         for row in rows:
             row["ratio_vs_1"] = round(row["tokens_per_s"] / base, 2)
-        return {"model": "tiny", "max_output_tokens": args.tokens, "ignore_eos": True, "repeats": args.repeats,
-                "torch_threads": args.threads, "device": backend.engine.device.type, "engine_stats": dict(backend.engine.stats), "results": rows}
+        return {
+            "model": "tiny",
+            "max_output_tokens": args.tokens,
+            "ignore_eos": True,
+            "repeats": args.repeats,
+            "torch_threads": args.threads,
+            "device": backend.engine.device.type,
+            "engine_stats": dict(backend.engine.stats),
+            "results": rows,
+        }
     finally:
         await backend.aclose()
 
@@ -82,8 +104,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="model directory (default: build the tiny model in a temp dir)")
     p.add_argument("--tokens", type=int, default=64, help="output tokens per request (exact: ignore_eos)")
-    p.add_argument("--requests-per-slot", type=int, default=2,
-                   help="requests per level = this x concurrency (at least 8)")
+    p.add_argument(
+        "--requests-per-slot", type=int, default=2, help="requests per level = this x concurrency (at least 8)"
+    )
     p.add_argument("--repeats", type=int, default=3, help="runs per level; the median is reported")
     p.add_argument("--device", default="auto")
     # A tiny model's ops are too small to split over threads; on a busy shared machine the
@@ -93,9 +116,21 @@ def main() -> int:
     if args.requests_per_slot < 2 or args.repeats < 1 or args.tokens < 1:
         p.error("--requests-per-slot must be >= 2, --repeats >= 1, --tokens >= 1")
     report = asyncio.run(main_async(args))
-    print_table(report["results"], ["concurrency", "requests", "tokens", "seconds_median", "tokens_per_s",
-                                    "tokens_per_s_min", "tokens_per_s_max", "spread_pct", "ratio_vs_1"],
-                title=f"local backend, tiny model, {args.tokens} tokens per request, median of {args.repeats}")
+    print_table(
+        report["results"],
+        [
+            "concurrency",
+            "requests",
+            "tokens",
+            "seconds_median",
+            "tokens_per_s",
+            "tokens_per_s_min",
+            "tokens_per_s_max",
+            "spread_pct",
+            "ratio_vs_1",
+        ],
+        title=f"local backend, tiny model, {args.tokens} tokens per request, median of {args.repeats}",
+    )
     path = write_results("bench_model_server", report)
     print(f"written to {path}")
     return 0

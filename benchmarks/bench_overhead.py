@@ -57,9 +57,15 @@ def summarize(shape: str, conc: int, res: stack.RunResult, cpu: dict[str, float]
             key = common.error_key(t.outcome.value, t.error.message)
             errors[key] = errors.get(key, 0) + 1
     row: dict[str, Any] = {
-        "shape": shape, "concurrency": conc, "rollouts": n, "failed": n - ok, "errors": errors,
-        "rollouts_per_s": n / res.wall_s, "cpu_ms_per_rollout": cpu_s / max(1, n) * 1000,
-        "p50_ms": percentile(res.latencies_s, 50) * 1000, "p99_ms": percentile(res.latencies_s, 99) * 1000,
+        "shape": shape,
+        "concurrency": conc,
+        "rollouts": n,
+        "failed": n - ok,
+        "errors": errors,
+        "rollouts_per_s": n / res.wall_s,
+        "cpu_ms_per_rollout": cpu_s / max(1, n) * 1000,
+        "p50_ms": percentile(res.latencies_s, 50) * 1000,
+        "p99_ms": percentile(res.latencies_s, 99) * 1000,
         "cpu_ms_per_rollout_by_process": {k: v / max(1, n) * 1000 for k, v in cpu.items()},
     }
     for h in HOPS:
@@ -108,15 +114,23 @@ API_KEY = "bench-" + os.urandom(8).hex()
 
 def serve(name: str, role: str, log_dir: Path, *extra: str, env: dict[str, str] | None = None) -> Proc:
     port = free_port()
-    base_env = {"ROLLGATE_API_KEY": API_KEY, "ROLLGATE_LOG_LEVEL": "WARNING",
-                "ROLLGATE_MODEL__BACKEND": "scripted", "ROLLGATE_MODEL__MODEL_PATH": "",
-                "ROLLGATE_MODEL__SERVED_NAME": "scripted"}
-    return Proc(name, rollgate_cmd("serve", "--role", role, "--port", str(port), *extra), port,
-                env={**base_env, **(env or {})}, log_dir=log_dir)
+    base_env = {
+        "ROLLGATE_API_KEY": API_KEY,
+        "ROLLGATE_LOG_LEVEL": "WARNING",
+        "ROLLGATE_MODEL__BACKEND": "scripted",
+        "ROLLGATE_MODEL__MODEL_PATH": "",
+        "ROLLGATE_MODEL__SERVED_NAME": "scripted",
+    }
+    return Proc(
+        name,
+        rollgate_cmd("serve", "--role", role, "--port", str(port), *extra),
+        port,
+        env={**base_env, **(env or {})},
+        log_dir=log_dir,
+    )
 
 
-async def distributed(concs: list[int], seconds: float, redis_url: str | None,
-                      log_dir: Path) -> list[dict[str, Any]]:
+async def distributed(concs: list[int], seconds: float, redis_url: str | None, log_dir: Path) -> list[dict[str, Any]]:
     """Separate processes on loopback: `rollgate serve --role model` (scripted backend),
     `rollgate serve --role resources --env math` (sessions in Redis when given), and this
     process as the agent worker, calling both over HTTP with Rollgate's clients."""
@@ -143,14 +157,40 @@ async def naive(concs: list[int], seconds: float, log_dir: Path) -> list[dict[st
     url = {r: f"http://127.0.0.1:{port}" for r, port in ports.items()}
     mod = ["-m", "benchmarks.baseline_naive_stack"]
     procs = [
-        Proc("naive-backend", python_cmd(*mod, "--role", "backend", "--port", str(ports["backend"])),
-             ports["backend"], log_dir=log_dir),
-        Proc("naive-model", python_cmd(*mod, "--role", "model", "--port", str(ports["model"]),
-                                       "--backend", url["backend"]), ports["model"], log_dir=log_dir),
-        Proc("naive-resources", python_cmd(*mod, "--role", "resources", "--port", str(ports["resources"])),
-             ports["resources"], log_dir=log_dir),
-        Proc("naive-agent", python_cmd(*mod, "--role", "agent", "--port", str(ports["agent"]), "--resources",
-                                       url["resources"], "--model", url["model"]), ports["agent"], log_dir=log_dir),
+        Proc(
+            "naive-backend",
+            python_cmd(*mod, "--role", "backend", "--port", str(ports["backend"])),
+            ports["backend"],
+            log_dir=log_dir,
+        ),
+        Proc(
+            "naive-model",
+            python_cmd(*mod, "--role", "model", "--port", str(ports["model"]), "--backend", url["backend"]),
+            ports["model"],
+            log_dir=log_dir,
+        ),
+        Proc(
+            "naive-resources",
+            python_cmd(*mod, "--role", "resources", "--port", str(ports["resources"])),
+            ports["resources"],
+            log_dir=log_dir,
+        ),
+        Proc(
+            "naive-agent",
+            python_cmd(
+                *mod,
+                "--role",
+                "agent",
+                "--port",
+                str(ports["agent"]),
+                "--resources",
+                url["resources"],
+                "--model",
+                url["model"],
+            ),
+            ports["agent"],
+            log_dir=log_dir,
+        ),
     ]
     for x in procs:
         x.start()
@@ -167,8 +207,9 @@ async def naive(concs: list[int], seconds: float, log_dir: Path) -> list[dict[st
     return out
 
 
-async def _naive_measure(client: httpx.AsyncClient, agent_url: str, conc: int, seconds: float,
-                         pids: dict[str, int]) -> dict[str, Any]:
+async def _naive_measure(
+    client: httpx.AsyncClient, agent_url: str, conc: int, seconds: float, pids: dict[str, int]
+) -> dict[str, Any]:
     async def go(deadline: float, lat: list[float], fails: list[int]) -> None:
         async def worker() -> None:
             for row in rows_until(deadline):
@@ -180,6 +221,7 @@ async def _naive_measure(client: httpx.AsyncClient, agent_url: str, conc: int, s
                     good = False
                 lat.append(time.perf_counter() - t)
                 fails.append(0 if good else 1)
+
         await asyncio.gather(*(worker() for _ in range(conc)))
 
     await go(time.perf_counter() + min(1.0, seconds / 3), [], [])
@@ -192,15 +234,36 @@ async def _naive_measure(client: httpx.AsyncClient, agent_url: str, conc: int, s
     by_proc = cpu_delta(cpu0, pids)
     cpu = sum(by_proc.values())
     n = len(lat)
-    return {"shape": "naive", "concurrency": conc, "rollouts": n, "failed": sum(fails),
-            "rollouts_per_s": n / wall, "cpu_ms_per_rollout": cpu / max(1, n) * 1000,
-            "p50_ms": percentile(lat, 50) * 1000, "p99_ms": percentile(lat, 99) * 1000,
-            "cpu_ms_per_rollout_by_process": {k: v / max(1, n) * 1000 for k, v in by_proc.items()}}
+    return {
+        "shape": "naive",
+        "concurrency": conc,
+        "rollouts": n,
+        "failed": sum(fails),
+        "rollouts_per_s": n / wall,
+        "cpu_ms_per_rollout": cpu / max(1, n) * 1000,
+        "p50_ms": percentile(lat, 50) * 1000,
+        "p99_ms": percentile(lat, 99) * 1000,
+        "cpu_ms_per_rollout_by_process": {k: v / max(1, n) * 1000 for k, v in by_proc.items()},
+    }
 
 
 # --- main ---------------------------------------------------------------------------------------
-COLUMNS = ["shape", "concurrency", "rollouts", "failed", "rollouts_per_s", "cpu_ms_per_rollout", "p50_ms",
-           "p99_ms", "seed_p50_ms", "model_p50_ms", "tool_p50_ms", "verify_p50_ms", "model_p99_ms", "tool_p99_ms"]
+COLUMNS = [
+    "shape",
+    "concurrency",
+    "rollouts",
+    "failed",
+    "rollouts_per_s",
+    "cpu_ms_per_rollout",
+    "p50_ms",
+    "p99_ms",
+    "seed_p50_ms",
+    "model_p50_ms",
+    "tool_p50_ms",
+    "verify_p50_ms",
+    "model_p99_ms",
+    "tool_p99_ms",
+]
 
 
 def median_rows(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -237,16 +300,23 @@ async def main_async(a: argparse.Namespace) -> int:
         runs.append(run)
         common.print_table(run, COLUMNS, title=f"run {rep + 1}/{a.repeats} (load avg {loads[-1]:.2f})")
     table = median_rows(runs)
-    common.print_table(table, [*COLUMNS[:5], "rps_min", "rps_max", *COLUMNS[5:]],
-                       title=f"median of {a.repeats} runs")
+    common.print_table(table, [*COLUMNS[:5], "rps_min", "rps_max", *COLUMNS[5:]], title=f"median of {a.repeats} runs")
     ratios = _ratios(table)
     for line in ratios:
         print(line)
-    path = common.write_results("bench_overhead", {
-        "parts": {"model": "model service, scripted backend (no tokenizer)", "env": "math (calculator tool)"},
-        "seconds_per_config": a.seconds, "repeats": a.repeats, "load_avg_per_repeat": loads,
-        "distributed_sessions": "redis" if a.redis_url else "memory",
-        "median": table, "runs": runs, "ratios": ratios})
+    path = common.write_results(
+        "bench_overhead",
+        {
+            "parts": {"model": "model service, scripted backend (no tokenizer)", "env": "math (calculator tool)"},
+            "seconds_per_config": a.seconds,
+            "repeats": a.repeats,
+            "load_avg_per_repeat": loads,
+            "distributed_sessions": "redis" if a.redis_url else "memory",
+            "median": table,
+            "runs": runs,
+            "ratios": ratios,
+        },
+    )
     print(f"\nwritten: {path}")
     return 0
 
@@ -257,9 +327,11 @@ def _ratios(table: list[dict[str, Any]]) -> list[str]:
     for (shape, c), r in sorted(by.items()):
         base = by.get(("naive", c))
         if shape != "naive" and base and base["rollouts_per_s"] > 0:
-            lines.append(f"{shape} at concurrency {c}: {r['rollouts_per_s'] / base['rollouts_per_s']:.1f}x the "
-                         f"naive stack's rollouts/s, {base['cpu_ms_per_rollout'] / r['cpu_ms_per_rollout']:.1f}x "
-                         f"less CPU per rollout")
+            lines.append(
+                f"{shape} at concurrency {c}: {r['rollouts_per_s'] / base['rollouts_per_s']:.1f}x the "
+                f"naive stack's rollouts/s, {base['cpu_ms_per_rollout'] / r['cpu_ms_per_rollout']:.1f}x "
+                f"less CPU per rollout"
+            )
     return lines
 
 
@@ -269,8 +341,11 @@ def main() -> int:
     ap.add_argument("--concurrency", default="1,64,256,1024")
     ap.add_argument("--seconds", type=float, default=5.0, help="measured time per configuration")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--redis-url", default=os.environ.get("ROLLGATE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
-                    help="sessions of the distributed shape ('' for in-memory sessions)")
+    ap.add_argument(
+        "--redis-url",
+        default=os.environ.get("ROLLGATE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        help="sessions of the distributed shape ('' for in-memory sessions)",
+    )
     logging.basicConfig(level=logging.WARNING)
     common.exit_on_sigterm()
     return uvloop.run(main_async(ap.parse_args()))

@@ -37,8 +37,12 @@ async def _drive(op: Callable[[], Awaitable[None]], concurrency: int, seconds: f
     t0 = time.monotonic()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = time.monotonic() - t0
-    return {"ops": len(latencies), "ops_per_s": len(latencies) / elapsed,
-            "p50_ms": percentile(latencies, 50) * 1000, "p99_ms": percentile(latencies, 99) * 1000}
+    return {
+        "ops": len(latencies),
+        "ops_per_s": len(latencies) / elapsed,
+        "p50_ms": percentile(latencies, 50) * 1000,
+        "p99_ms": percentile(latencies, 99) * 1000,
+    }
 
 
 async def run(seconds: float, concurrencies: list[int]) -> dict[str, Any]:
@@ -53,8 +57,7 @@ async def run(seconds: float, concurrencies: list[int]) -> dict[str, Any]:
             await sb.destroy()
 
     async def bare() -> None:
-        proc = await asyncio.create_subprocess_exec(provider.python, "-c", "print(1)",
-                                                    stdout=asyncio.subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(provider.python, "-c", "print(1)", stdout=asyncio.subprocess.PIPE)
         out, _ = await proc.communicate()
         assert out == b"1\n"
 
@@ -64,6 +67,7 @@ async def run(seconds: float, concurrencies: list[int]) -> dict[str, Any]:
         rows.append({"operation": "create+exec+destroy", "concurrency": c, **await _drive(full, c, seconds)})
     live = await provider.create()
     try:
+
         async def exec_only() -> None:
             assert (await live.exec(code="print(1)")).stdout == "1\n"
 
@@ -82,11 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     result = asyncio.run(run(args.seconds, args.concurrency))
-    print_table(result["rows"], ["operation", "concurrency", "ops", "ops_per_s", "p50_ms", "p99_ms"],
-                title=f"local sandbox (isolation: {result['isolation']['mode']})")
+    print_table(
+        result["rows"],
+        ["operation", "concurrency", "ops", "ops_per_s", "p50_ms", "p99_ms"],
+        title=f"local sandbox (isolation: {result['isolation']['mode']})",
+    )
     shown = sys.argv[1:] if argv is None else argv
-    path = write_results("sandbox", {"command": " ".join(["python -m benchmarks.bench_sandbox", *shown]).strip(),
-                                     **result})
+    path = write_results(
+        "sandbox", {"command": " ".join(["python -m benchmarks.bench_sandbox", *shown]).strip(), **result}
+    )
     print(f"\nresults: {path}")
     return 0
 

@@ -108,13 +108,19 @@ def machine() -> dict[str, Any]:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    return {"cores": os.cpu_count(), "cpu": cpu, "ram_gb": round(mem_kb / 1024 / 1024, 1),
-            "python": platform.python_version(), "platform": platform.platform(terse=True),
-            "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "ram_gb": round(mem_kb / 1024 / 1024, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def print_table(rows: list[dict[str, Any]], columns: Sequence[str], title: str = "") -> None:
     """A plain aligned table on stdout (benchmarks are command-line tools: print is their output)."""
+
     def fmt(v: Any) -> str:
         if isinstance(v, float):
             return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.3g}"
@@ -124,17 +130,21 @@ def print_table(rows: list[dict[str, Any]], columns: Sequence[str], title: str =
     widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(columns)]
     if title:
         print(f"\n{title}")
-    print("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
+    print("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
     for row in cells:
-        print("  ".join(v.rjust(w) for v, w in zip(row, widths)))
+        print("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
 
 
 def write_results(name: str, payload: dict[str, Any]) -> Path:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
-    doc = {"benchmark": name, "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-           "machine": machine(), "command": " ".join([Path(sys.executable).name, "-m", f"benchmarks.{name}",
-                                                       *sys.argv[1:]]), **payload}
+    doc = {
+        "benchmark": name,
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "command": " ".join([Path(sys.executable).name, "-m", f"benchmarks.{name}", *sys.argv[1:]]),
+        **payload,
+    }
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path
 
@@ -149,8 +159,16 @@ def free_port() -> int:
 class Proc:
     """A server process on a loopback port: started, waited on until healthy, always killed."""
 
-    def __init__(self, name: str, args: list[str], port: int, *, env: dict[str, str] | None = None,
-                 health_path: str = "/healthz", log_dir: Path | None = None):
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        port: int,
+        *,
+        env: dict[str, str] | None = None,
+        health_path: str = "/healthz",
+        log_dir: Path | None = None,
+    ):
         self.name = name
         self.args = args
         self.port = port
@@ -165,10 +183,11 @@ class Proc:
         assert self.proc is not None
         return self.proc.pid
 
-    def start(self, timeout_s: float = 60.0) -> "Proc":
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.args, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+    def start(self, timeout_s: float = 60.0) -> Proc:
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 - the child owns it
+        self.proc = subprocess.Popen(
+            self.args, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -207,6 +226,7 @@ class Proc:
 
 def exit_on_sigterm() -> None:
     """SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so `finally` blocks stop the servers."""
+
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 

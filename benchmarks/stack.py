@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks import standins
 from rollgate.agent_server.agent import Agent, RunContext
 from rollgate.core.metrics import Metrics
 from rollgate.core.schemas import Trajectory
@@ -24,8 +25,6 @@ from rollgate.resources_servers.base import EnvRuntime
 from rollgate.resources_servers.client import HttpEnvClient, LocalEnvClient
 from rollgate.resources_servers.registry import load_env
 
-from benchmarks import standins
-
 ENV = "math"
 
 
@@ -35,9 +34,15 @@ SCRIPT = [{"call": {"name": "calculator", "arguments": {"expression": "6*7"}}}, 
 def task_row(i: int, tool_calls: int = 1) -> dict[str, Any]:
     """A math task whose scripted policy calls the calculator `tool_calls` times, then answers."""
     script = [SCRIPT[0]] * tool_calls + [SCRIPT[1]]
-    return {"responses_create_params": {"input": f"What is 6*7? (task {i})",
-                                        "metadata": {"rollgate_script": json.dumps(script)}},
-            "expected_answer": "42", "env": ENV, "task_id": f"t{i}"}
+    return {
+        "responses_create_params": {
+            "input": f"What is 6*7? (task {i})",
+            "metadata": {"rollgate_script": json.dumps(script)},
+        },
+        "expected_answer": "42",
+        "env": ENV,
+        "task_id": f"t{i}",
+    }
 
 
 def model_service(delay_s: float = 0.0) -> Any:
@@ -49,20 +54,31 @@ def agent_settings(**overrides: Any) -> AgentSettings:
     return AgentSettings(**{"max_turns": 64, "max_output_tokens": 1_000_000, **overrides})
 
 
-def embedded_agent(*, delay_s: float = 0.0, metrics: Metrics | None = None,
-                   settings: AgentSettings | None = None) -> Agent:
+def embedded_agent(
+    *, delay_s: float = 0.0, metrics: Metrics | None = None, settings: AgentSettings | None = None
+) -> Agent:
     """The embedded shape: the model service and the math environment in this process."""
     runtime = EnvRuntime(load_env(ENV), MemorySessionStore(capacity=1_000_000))
-    return Agent(LocalModelClient(model_service(delay_s)), {ENV: LocalEnvClient(runtime)},
-                 settings or agent_settings(), model_name="scripted", metrics=metrics)
+    return Agent(
+        LocalModelClient(model_service(delay_s)),
+        {ENV: LocalEnvClient(runtime)},
+        settings or agent_settings(),
+        model_name="scripted",
+        metrics=metrics,
+    )
 
 
-def http_agent(model_url: str, env_url: str, *, api_key: str | None = None,
-               settings: AgentSettings | None = None) -> Agent:
+def http_agent(
+    model_url: str, env_url: str, *, api_key: str | None = None, settings: AgentSettings | None = None
+) -> Agent:
     """An agent in this process calling a model server and a resources server over HTTP."""
     headers = {"authorization": f"Bearer {api_key}"} if api_key else None
-    return Agent(HttpModelClient(model_url, api_key=api_key), {ENV: HttpEnvClient(ENV, env_url, headers=headers)},
-                 settings or agent_settings(), model_name="scripted")
+    return Agent(
+        HttpModelClient(model_url, api_key=api_key),
+        {ENV: HttpEnvClient(ENV, env_url, headers=headers)},
+        settings or agent_settings(),
+        model_name="scripted",
+    )
 
 
 async def close_agent(agent: Agent) -> None:

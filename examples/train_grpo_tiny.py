@@ -44,17 +44,37 @@ def main() -> int:
     path = args.model or str(ensure_tiny_model(Settings().model.model_path))
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
-    rollgate = InProcessRollgate(model, tokenizer, ["math"], agent_settings=AgentSettings(
-        max_turns=3, max_output_tokens=192, max_output_tokens_per_call=64))
+    rollgate = InProcessRollgate(
+        model,
+        tokenizer,
+        ["math"],
+        agent_settings=AgentSettings(max_turns=3, max_output_tokens=192, max_output_tokens_per_call=64),
+    )
     rollout_func = rollgate.rollout_func(example_tasks(args.tasks, seed=0), sampling={"temperature": 0.7})
     with tempfile.TemporaryDirectory() as out_dir:
-        config = GRPOConfig(output_dir=out_dir, use_cpu=True, bf16=False, fp16=False, report_to=[],
-                            max_steps=args.steps, per_device_train_batch_size=2 * args.num_generations,
-                            num_generations=args.num_generations, max_completion_length=192,
-                            learning_rate=1e-3, beta=0.0, logging_steps=1, save_strategy="no")
-        trainer = GRPOTrainer(model=model, reward_funcs=[rollgate_reward, brevity], args=config,
-                              train_dataset=rollout_func.tasks.dataset(), processing_class=tokenizer,
-                              rollout_func=rollout_func)
+        config = GRPOConfig(
+            output_dir=out_dir,
+            use_cpu=True,
+            bf16=False,
+            fp16=False,
+            report_to=[],
+            max_steps=args.steps,
+            per_device_train_batch_size=2 * args.num_generations,
+            num_generations=args.num_generations,
+            max_completion_length=192,
+            learning_rate=1e-3,
+            beta=0.0,
+            logging_steps=1,
+            save_strategy="no",
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[rollgate_reward, brevity],
+            args=config,
+            train_dataset=rollout_func.tasks.dataset(),
+            processing_class=tokenizer,
+            rollout_func=rollout_func,
+        )
         try:
             trainer.train()
         finally:

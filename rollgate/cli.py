@@ -21,8 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="rollgate", description="Rollgate: collect RL rollouts for LLM agents.",
-        epilog="Settings also come from ROLLGATE_* environment variables and a YAML file (--config).")
+        prog="rollgate",
+        description="Rollgate: collect RL rollouts for LLM agents.",
+        epilog="Settings also come from ROLLGATE_* environment variables and a YAML file (--config).",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

@@ -55,8 +55,12 @@ def write_examples(env: str, n: int, seed: int, out_dir: Path) -> Path | None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--env", action="append", choices=sorted(ENVIRONMENTS),
-                   help="environment to generate (repeatable; default: all that have example_tasks)")
+    p.add_argument(
+        "--env",
+        action="append",
+        choices=sorted(ENVIRONMENTS),
+        help="environment to generate (repeatable; default: all that have example_tasks)",
+    )
     p.add_argument("--n", type=int, default=24, help="tasks per environment (default 24)")
     p.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     p.add_argument("--out", type=Path, default=ROOT / "examples", help="output folder (default examples/)")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -14,8 +15,15 @@ import httpx
 
 
 class ServerProcess:
-    def __init__(self, args: list[str], port: int, *, env: dict[str, str] | None = None,
-                 log_path: Path | None = None, health_path: str = "/healthz"):
+    def __init__(
+        self,
+        args: list[str],
+        port: int,
+        *,
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+        health_path: str = "/healthz",
+    ):
         self.args = args
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
@@ -24,10 +32,11 @@ class ServerProcess:
         self.health_path = health_path
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout_s: float = 60.0) -> "ServerProcess":
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.args, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+    def start(self, timeout_s: float = 60.0) -> ServerProcess:
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 - the child owns it
+        self.proc = subprocess.Popen(
+            self.args, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.wait_healthy(timeout_s)
         return self
 
@@ -51,10 +60,8 @@ class ServerProcess:
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -64,7 +71,7 @@ class ServerProcess:
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:

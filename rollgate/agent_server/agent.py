@@ -32,10 +32,10 @@ from rollgate.core.schemas import (
     TaskRef,
     TaskRow,
     Timings,
-    new_id,
     Trajectory,
     Turn,
     VerifyRequest,
+    new_id,
 )
 from rollgate.core.settings import AgentSettings
 from rollgate.model_server.client import ModelClient
@@ -76,11 +76,14 @@ def _failure(exc: BaseException, phase: str) -> EpisodeFailure:
         info.component = component if info.component in ("rollgate", "store") else info.component
         return EpisodeFailure(outcome, info)
     if isinstance(exc, TimeoutError):
-        return EpisodeFailure(outcome, ErrorInfo(kind=ErrorKind.timeout, component=component,
-                                                 message=f"{phase} call exceeded its timeout"))
+        return EpisodeFailure(
+            outcome,
+            ErrorInfo(kind=ErrorKind.timeout, component=component, message=f"{phase} call exceeded its timeout"),
+        )
     log.exception("unexpected error during %s", phase)
-    return EpisodeFailure(outcome, ErrorInfo(kind=ErrorKind.internal, component="agent",
-                                             message=f"{phase}: {type(exc).__name__}: {exc}"))
+    return EpisodeFailure(
+        outcome, ErrorInfo(kind=ErrorKind.internal, component="agent", message=f"{phase}: {type(exc).__name__}: {exc}")
+    )
 
 
 class Episode:
@@ -113,8 +116,15 @@ class Episode:
 
 
 class Agent:
-    def __init__(self, model: ModelClient, envs: Mapping[str, EnvClient], settings: AgentSettings, *,
-                 model_name: str, metrics: Metrics | None = None):
+    def __init__(
+        self,
+        model: ModelClient,
+        envs: Mapping[str, EnvClient],
+        settings: AgentSettings,
+        *,
+        model_name: str,
+        metrics: Metrics | None = None,
+    ):
         self.model = model
         self.envs = envs
         self.settings = settings
@@ -135,19 +145,25 @@ class Agent:
             except ValidationError as exc:
                 e = exc.errors()[0]
                 where = ".".join(str(x) for x in e.get("loc", ())) or "row"
-                raise BadRequest(f"malformed task row: {where}: {e.get('msg')}", component="agent",
-                                 field=where) from None
+                raise BadRequest(
+                    f"malformed task row: {where}: {e.get('msg')}", component="agent", field=where
+                ) from None
         env_name = env or task.env
         if not env_name:
-            raise BadRequest("the row names no environment (field `env`) and none was given",
-                             component="agent", field="env")
+            raise BadRequest(
+                "the row names no environment (field `env`) and none was given", component="agent", field="env"
+            )
         if env_name not in self.envs:
-            raise BadRequest(f"unknown environment {env_name!r}; known: {', '.join(sorted(self.envs))}",
-                             component="agent", field="env")
+            raise BadRequest(
+                f"unknown environment {env_name!r}; known: {', '.join(sorted(self.envs))}",
+                component="agent",
+                field="env",
+            )
         return task, env_name
 
-    async def run(self, row: dict[str, Any] | TaskRow, ctx: RunContext | None = None, *,
-                  env: str | None = None) -> Trajectory:
+    async def run(
+        self, row: dict[str, Any] | TaskRow, ctx: RunContext | None = None, *, env: str | None = None
+    ) -> Trajectory:
         ctx = ctx or RunContext()
         task, env_name = self.parse(row, env)
         row_dict = task.row()
@@ -175,11 +191,17 @@ class Agent:
         ep.metrics["output_tokens"] = ep.output_tokens
         sampling = {k: v for k, v in self._sampling(task, ctx).items() if k in SAMPLING_KEYS}
         traj = Trajectory(
-            trajectory_id=trajectory_id, group_id=ctx.group_id or f"grp_{task_id}",
-            sample_index=ctx.sample_index, job_id=ctx.job_id,
+            trajectory_id=trajectory_id,
+            group_id=ctx.group_id or f"grp_{task_id}",
+            sample_index=ctx.sample_index,
+            job_id=ctx.job_id,
             task=TaskRef(env=env_name, task_id=task_id, seed=task.seed, row=row_dict),
             policy=PolicyRef(model=self.model_name, policy_version=ctx.policy_version, sampling=sampling),
-            messages=ep.messages, turns=ep.turns, outcome=outcome, error=error, timings=ep.timings,
+            messages=ep.messages,
+            turns=ep.turns,
+            outcome=outcome,
+            error=error,
+            timings=ep.timings,
             reward=verdict.reward if verdict else None,
             reward_components=verdict.reward_components if verdict else None,
             metrics={**ep.metrics, **(verdict.metrics if verdict else {})},
@@ -201,8 +223,7 @@ class Agent:
             cancel_wait = asyncio.ensure_future(ctx.cancel.wait())
             waiters.add(cancel_wait)
         try:
-            done, _ = await asyncio.wait(waiters, timeout=max(0.0, remaining),
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(waiters, timeout=max(0.0, remaining), return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             episode.cancel()
             raise
@@ -215,12 +236,15 @@ class Agent:
         with contextlib.suppress(BaseException):
             await episode
         if cancel_wait is not None and cancel_wait in done:
-            raise EpisodeFailure(Outcome.cancelled, ErrorInfo(kind=ErrorKind.cancelled, component="agent",
-                                                              message="the job was cancelled"))
+            raise EpisodeFailure(
+                Outcome.cancelled,
+                ErrorInfo(kind=ErrorKind.cancelled, component="agent", message="the job was cancelled"),
+            )
         budget = self.settings.episode_timeout_s if ctx.deadline is None else None
         what = f"{budget:g}s" if budget else "its deadline"
-        raise EpisodeFailure(Outcome.timeout, ErrorInfo(kind=ErrorKind.timeout, component="agent",
-                                                        message=f"episode exceeded {what}"))
+        raise EpisodeFailure(
+            Outcome.timeout, ErrorInfo(kind=ErrorKind.timeout, component="agent", message=f"episode exceeded {what}")
+        )
 
     async def _episode(self, task: TaskRow, env_name: str, ctx: RunContext, ep: Episode):
         s = self.settings
@@ -237,8 +261,9 @@ class Agent:
         with log_context(session_id=seeded.session_id):
             return await self._turns(task, env_name, ctx, ep, env, tools, seeded.observation)
 
-    async def _turns(self, task: TaskRow, env_name: str, ctx: RunContext, ep: Episode, env: EnvClient, tools,
-                     observation: str | None):
+    async def _turns(
+        self, task: TaskRow, env_name: str, ctx: RunContext, ep: Episode, env: EnvClient, tools, observation: str | None
+    ):
         s = self.settings
         ep.add_input(it.input_items(task.responses_create_params["input"]))
         if observation:
@@ -325,8 +350,9 @@ class Agent:
             in_tokens = int(usage.get("input_tokens") or 0)
         if self.metrics:
             self.metrics.tokens.labels("in", env_name).inc(in_tokens)
-            self.metrics.tokens.labels("out", env_name).inc(len(turn.generation_token_ids) if turn else
-                                                            int(usage.get("output_tokens") or 0))
+            self.metrics.tokens.labels("out", env_name).inc(
+                len(turn.generation_token_ids) if turn else int(usage.get("output_tokens") or 0)
+            )
         ep.add_model_output(output)
         return output, response.get("status")
 
@@ -342,8 +368,9 @@ class Agent:
             else:
                 started = time.monotonic()
                 try:
-                    out = await env.call_tool(ep.session_id, name, call.get("arguments", "{}"),
-                                              timeout_s=self.settings.tool_timeout_s)
+                    out = await env.call_tool(
+                        ep.session_id, name, call.get("arguments", "{}"), timeout_s=self.settings.tool_timeout_s
+                    )
                 except Exception as exc:  # noqa: BLE001
                     raise _failure(exc, "tool") from None
                 self._hop("tool", env_name, time.monotonic() - started)
@@ -362,8 +389,11 @@ class Agent:
     async def _verify(self, env: EnvClient, env_name: str, ep: Episode):
         t = time.monotonic()
         try:
-            verdict = await env.verify(ep.session_id, VerifyRequest(response=ep.final_text, transcript=ep.messages),
-                                       timeout_s=self.settings.verify_timeout_s)
+            verdict = await env.verify(
+                ep.session_id,
+                VerifyRequest(response=ep.final_text, transcript=ep.messages),
+                timeout_s=self.settings.verify_timeout_s,
+            )
         except Exception as exc:  # noqa: BLE001
             raise _failure(exc, "verify") from None
         ep.timings.verify_s = time.monotonic() - t

@@ -39,13 +39,18 @@ def turn_from_output(output: list[dict[str, Any]]) -> Turn | None:
     for item in output:
         if "generation_token_ids" in item and "prompt_token_ids" in item:
             try:
-                return Turn(prompt_token_ids=item["prompt_token_ids"],
-                            generation_token_ids=item["generation_token_ids"],
-                            generation_log_probs=item.get("generation_log_probs") or [],
-                            weight_version=item.get("weight_version"))
+                return Turn(
+                    prompt_token_ids=item["prompt_token_ids"],
+                    generation_token_ids=item["generation_token_ids"],
+                    generation_log_probs=item.get("generation_log_probs") or [],
+                    weight_version=item.get("weight_version"),
+                )
             except ValueError as exc:
-                raise ProtocolError(f"model returned inconsistent token data: {exc}", component="model",
-                                    field="output.generation_log_probs") from None
+                raise ProtocolError(
+                    f"model returned inconsistent token data: {exc}",
+                    component="model",
+                    field="output.generation_log_probs",
+                ) from None
     return None
 
 
@@ -62,8 +67,11 @@ def readable(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def final_text(output: list[dict[str, Any]]) -> str:
-    texts = [message_text(i) for i in output if i.get("type", "message") == "message"
-             and i.get("role", "assistant") == "assistant"]
+    texts = [
+        message_text(i)
+        for i in output
+        if i.get("type", "message") == "message" and i.get("role", "assistant") == "assistant"
+    ]
     return "".join(texts)
 
 

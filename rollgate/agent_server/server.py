@@ -32,29 +32,41 @@ def build_agent(settings: Settings, metrics: Metrics | None = None) -> Agent:
         raise SystemExit("rollgate serve --role agent needs the model server: set ROLLGATE_MODEL_URL")
     envs = {name: urls for name, urls in settings.env_urls.items() if urls}
     if not envs:
-        raise SystemExit('rollgate serve --role agent needs environments: set ROLLGATE_ENV_URLS, e.g. '
-                         '{"math": ["http://host:8300"]}')
+        raise SystemExit(
+            'rollgate serve --role agent needs environments: set ROLLGATE_ENV_URLS, e.g. {"math": ["http://host:8300"]}'
+        )
     a = settings.agent
+
     def retry(component: str) -> RetryPolicy:
         on_retry = metrics.retries.labels(component).inc if metrics is not None else None
         return RetryPolicy(attempts=max(1, a.retries), on_retry=on_retry)
 
-    model = HttpModelClient(settings.model_url, timeout_s=a.model_timeout_s, api_key=settings.api_key,
-                            retry=retry("model"))
-    clients = {name: ReplicatedEnvClient(name, urls, timeout_s=a.tool_timeout_s, api_key=settings.api_key,
-                                         retry=retry(f"env:{name}"))
-               for name, urls in envs.items()}
+    model = HttpModelClient(
+        settings.model_url, timeout_s=a.model_timeout_s, api_key=settings.api_key, retry=retry("model")
+    )
+    clients = {
+        name: ReplicatedEnvClient(
+            name, urls, timeout_s=a.tool_timeout_s, api_key=settings.api_key, retry=retry(f"env:{name}")
+        )
+        for name, urls in envs.items()
+    }
     return Agent(model, clients, a, model_name=settings.model.served_name, metrics=metrics)
 
 
 def run_router(agent: Agent) -> APIRouter:
     r = APIRouter(tags=["agent"])
 
-    @r.post("/run", summary="Run one episode of a task row; returns its Trajectory "
-                            "(or, with format=nemo_gym, NeMo Gym's /run response with token fields)")
-    async def run(request: Request, env: str | None = Query(None, description="environment, else row.env"),
-                  policy_version: str | None = Query(None),
-                  format: Literal["trajectory", "nemo_gym"] = Query("trajectory")) -> dict[str, Any]:
+    @r.post(
+        "/run",
+        summary="Run one episode of a task row; returns its Trajectory "
+        "(or, with format=nemo_gym, NeMo Gym's /run response with token fields)",
+    )
+    async def run(
+        request: Request,
+        env: str | None = Query(None, description="environment, else row.env"),
+        policy_version: str | None = Query(None),
+        format: Literal["trajectory", "nemo_gym"] = Query("trajectory"),
+    ) -> dict[str, Any]:
         row = await read_json(request, component="agent")
         if not isinstance(row, dict):
             raise BadRequest("body must be a task row (a JSON object)", component="agent", field="body")

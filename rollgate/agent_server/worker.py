@@ -31,24 +31,35 @@ def worker_name() -> str:
 
 
 def failure_record(task: TaskEnvelope, info: ErrorInfo) -> dict[str, Any]:
-    return FailureRecord(task_id=task.task_id, line=task.index, job_id=task.job_id,
-                         error=info).model_dump(mode="json", exclude_none=True)
+    return FailureRecord(task_id=task.task_id, line=task.index, job_id=task.job_id, error=info).model_dump(
+        mode="json", exclude_none=True
+    )
 
 
 async def run_task(agent: EpisodeRunner, task: TaskEnvelope, cancel: asyncio.Event | None = None) -> dict[str, Any]:
     """One episode -> its record. Never raises: every task must yield a record."""
     from rollgate.agent_server.agent import RunContext
 
-    ctx = RunContext(job_id=task.job_id, group_id=task.group_id, sample_index=task.sample_index,
-                     policy_version=task.policy_version, sampling=dict(task.sampling), cancel=cancel)
+    ctx = RunContext(
+        job_id=task.job_id,
+        group_id=task.group_id,
+        sample_index=task.sample_index,
+        policy_version=task.policy_version,
+        sampling=dict(task.sampling),
+        cancel=cancel,
+    )
     try:
         traj = await agent.run(task.row, ctx, env=task.env)
     except RollgateError as exc:  # a row the agent refuses (malformed, unknown environment)
         return failure_record(task, exc.info())
     except Exception as exc:  # a bug: record it against the task rather than lose the task
         log.exception("agent crashed on task %s of job %s", task.key, task.job_id, extra={"job_id": task.job_id})
-        return failure_record(task, ErrorInfo(kind=ErrorKind.internal, component="agent",
-                                              message=f"agent crashed: {type(exc).__name__}: {exc}"))
+        return failure_record(
+            task,
+            ErrorInfo(
+                kind=ErrorKind.internal, component="agent", message=f"agent crashed: {type(exc).__name__}: {exc}"
+            ),
+        )
     record = traj.model_dump(mode="json")
     record["job_id"] = task.job_id
     record["policy"]["policy_version"] = task.policy_version
@@ -56,8 +67,16 @@ async def run_task(agent: EpisodeRunner, task: TaskEnvelope, cancel: asyncio.Eve
 
 
 class Worker:
-    def __init__(self, queue: JobQueue, agent: EpisodeRunner, *, concurrency: int = 64,
-                 name: str | None = None, metrics: Metrics | None = None, block_s: float = 1.0):
+    def __init__(
+        self,
+        queue: JobQueue,
+        agent: EpisodeRunner,
+        *,
+        concurrency: int = 64,
+        name: str | None = None,
+        metrics: Metrics | None = None,
+        block_s: float = 1.0,
+    ):
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.queue = queue
@@ -76,8 +95,10 @@ class Worker:
         return len(self._inflight)
 
     def start(self) -> None:
-        self._loops = [asyncio.create_task(self._claim_loop(), name=f"worker-claim-{self.name}"),
-                       asyncio.create_task(self._heartbeat_loop(), name=f"worker-heartbeat-{self.name}")]
+        self._loops = [
+            asyncio.create_task(self._claim_loop(), name=f"worker-claim-{self.name}"),
+            asyncio.create_task(self._heartbeat_loop(), name=f"worker-heartbeat-{self.name}"),
+        ]
         log.info("worker %s started (concurrency %d)", self.name, self.concurrency)
 
     async def _claim_loop(self) -> None:
@@ -122,12 +143,16 @@ class Worker:
                 stored = await self.queue.complete(claim, record)
                 self.completed += 1
                 if not stored:
-                    log.info("dropped a duplicate record for task %s of job %s", claim.task.key,
-                             claim.task.job_id, extra={"job_id": claim.task.job_id})
+                    log.info(
+                        "dropped a duplicate record for task %s of job %s",
+                        claim.task.key,
+                        claim.task.job_id,
+                        extra={"job_id": claim.task.job_id},
+                    )
                 return
             except UpstreamError as exc:
                 log.warning("cannot store the record of task %s: %s", claim.task.key, exc)
-                await asyncio.sleep(0.2 * 2 ** attempt)
+                await asyncio.sleep(0.2 * 2**attempt)
         # Not acked: the queue hands the task to another worker after the visibility timeout.
         log.error("gave up storing the record of task %s of job %s", claim.task.key, claim.task.job_id)
 
@@ -170,6 +195,7 @@ class Worker:
             try:
                 await self.queue.release(self.name, [c for c, _, _ in left])
             except UpstreamError as exc:
-                log.warning("could not give back %d tasks (they return after the visibility timeout): %s",
-                            len(left), exc)
+                log.warning(
+                    "could not give back %d tasks (they return after the visibility timeout): %s", len(left), exc
+                )
         log.info("worker %s stopped (%d tasks done, %d given back)", self.name, self.completed, len(left))

@@ -18,22 +18,36 @@ log = logging.getLogger("rollgate.collect")
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tasks", required=True, metavar="FILE", help="task rows, one JSON object per line "
-                   "(NeMo Gym rows accepted unchanged)")
-    p.add_argument("--out", required=True, metavar="FILE",
-                   help="trajectories are appended here (JSONL); failures go to FILE.failures.jsonl. "
-                        "Re-running skips task ids that already have their trajectories in FILE")
+    p.add_argument(
+        "--tasks",
+        required=True,
+        metavar="FILE",
+        help="task rows, one JSON object per line (NeMo Gym rows accepted unchanged)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="trajectories are appended here (JSONL); failures go to FILE.failures.jsonl. "
+        "Re-running skips task ids that already have their trajectories in FILE",
+    )
     p.add_argument("--env", metavar="NAME", help="environment of rows that name none")
     p.add_argument("--repeats", type=int, default=1, metavar="K", help="samples per task (default 1)")
-    p.add_argument("--concurrency", type=int, default=None, metavar="N",
-                   help="episodes run at once by the embedded stack (default: settings.agent.concurrency); "
-                        "with --gateway the server's workers decide")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="episodes run at once by the embedded stack (default: settings.agent.concurrency); "
+        "with --gateway the server's workers decide",
+    )
     p.add_argument("--gateway", metavar="URL", help="a running gateway; default: start the embedded stack here")
     p.add_argument("--api-key", metavar="KEY", help="bearer token of the gateway (default: ROLLGATE_API_KEY)")
     p.add_argument("--policy-version", metavar="V", help="recorded on every trajectory")
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature override")
-    p.add_argument("--max-output-tokens", type=int, default=None, metavar="N",
-                   help="per model call, overrides the rows' value")
+    p.add_argument(
+        "--max-output-tokens", type=int, default=None, metavar="N", help="per model call, overrides the rows' value"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_common_flags(p)
 
@@ -58,8 +72,10 @@ def _summary_line(stats, elapsed: float) -> str:
     mean = f"{stats.mean_reward:.3f}" if stats.mean_reward is not None else "n/a"
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(stats.outcomes.items())) or "none"
     rate = stats.trajectories / elapsed if elapsed > 0 else 0.0
-    return (f"{stats.trajectories} trajectories ({outcomes}), mean reward {mean}, {stats.failures} failures, "
-            f"{stats.skipped} tasks already done; {elapsed:.1f}s, {rate:.2f} rollouts/s")
+    return (
+        f"{stats.trajectories} trajectories ({outcomes}), mean reward {mean}, {stats.failures} failures, "
+        f"{stats.skipped} tasks already done; {elapsed:.1f}s, {rate:.2f} rollouts/s"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,8 +95,11 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         print("rollgate collect: --repeats must be >= 1", file=sys.stderr)
         return 2
-    sampling = {k: v for k, v in {"temperature": args.temperature,
-                                  "max_output_tokens": args.max_output_tokens}.items() if v is not None}
+    sampling = {
+        k: v
+        for k, v in {"temperature": args.temperature, "max_output_tokens": args.max_output_tokens}.items()
+        if v is not None
+    }
     bar = tqdm(total=0, unit="rollout", file=sys.stderr, disable=args.no_progress, dynamic_ncols=True)
 
     def on_total(n: int) -> None:
@@ -93,10 +112,18 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     try:
-        with gateway_url(args, settings) as url, \
-                RolloutClient(url, api_key=args.api_key or settings.api_key) as client:
-            stats = collect(client, tasks, out, env=args.env, repeats=args.repeats, sampling=sampling,
-                            policy_version=args.policy_version, on_total=on_total, on_record=on_record)
+        with gateway_url(args, settings) as url, RolloutClient(url, api_key=args.api_key or settings.api_key) as client:
+            stats = collect(
+                client,
+                tasks,
+                out,
+                env=args.env,
+                repeats=args.repeats,
+                sampling=sampling,
+                policy_version=args.policy_version,
+                on_total=on_total,
+                on_record=on_record,
+            )
     except KeyboardInterrupt:
         bar.close()
         print(f"interrupted; re-run the same command to resume ({out} keeps what was collected)", file=sys.stderr)
@@ -107,6 +134,5 @@ def run(args: argparse.Namespace) -> int:
         return 1
     bar.close()
     print(_summary_line(stats, time.monotonic() - started), file=sys.stderr)
-    print(f"trajectories: {out}" + (f"   failures: {failures_path(out)}" if stats.failures else ""),
-          file=sys.stderr)
+    print(f"trajectories: {out}" + (f"   failures: {failures_path(out)}" if stats.failures else ""), file=sys.stderr)
     return 0

@@ -25,11 +25,21 @@ DEFAULT_MAX_TURNS = 3
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tasks-per-env", type=int, default=DEFAULT_TASKS_PER_ENV, metavar="N",
-                   help=f"example tasks per environment (default {DEFAULT_TASKS_PER_ENV})")
+    p.add_argument(
+        "--tasks-per-env",
+        type=int,
+        default=DEFAULT_TASKS_PER_ENV,
+        metavar="N",
+        help=f"example tasks per environment (default {DEFAULT_TASKS_PER_ENV})",
+    )
     p.add_argument("--envs", metavar="A,B", help="environments to run (default: every one with examples)")
-    p.add_argument("--max-output-tokens", type=int, default=DEFAULT_MAX_OUTPUT_TOKENS, metavar="N",
-                   help=f"per model call (default {DEFAULT_MAX_OUTPUT_TOKENS})")
+    p.add_argument(
+        "--max-output-tokens",
+        type=int,
+        default=DEFAULT_MAX_OUTPUT_TOKENS,
+        metavar="N",
+        help=f"per model call (default {DEFAULT_MAX_OUTPUT_TOKENS})",
+    )
     p.add_argument("--max-turns", type=int, default=DEFAULT_MAX_TURNS, help=f"default {DEFAULT_MAX_TURNS}")
     p.add_argument("--examples", metavar="DIR", help="directory of <env>.jsonl example rows")
     p.add_argument("--out", metavar="FILE", help="trajectories file (default: <home>/demo/rollouts.jsonl)")
@@ -78,8 +88,10 @@ def summarise(records: list[dict[str, Any]], elapsed: float) -> str:
     by_env: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         by_env[r["task"]["env"]].append(r)
-    lines = [f"{'environment':<12} {'n':>3} {'mean reward':>11} {'tokens in':>9} {'tokens out':>10} "
-             f"{'s/rollout':>9}  outcomes"]
+    lines = [
+        f"{'environment':<12} {'n':>3} {'mean reward':>11} {'tokens in':>9} {'tokens out':>10} "
+        f"{'s/rollout':>9}  outcomes"
+    ]
     for env in sorted(by_env):
         rs = by_env[env]
         rewards = [r["reward"] for r in rs if r.get("reward") is not None]
@@ -106,8 +118,10 @@ def run(args: argparse.Namespace) -> int:
     setup_logging("WARNING", json_logs=settings.log_json)
     src = examples_dir(args.examples)
     if src is None:
-        print("rollgate demo: no example rows found; pass --examples DIR (a directory of <env>.jsonl files)",
-              file=sys.stderr)
+        print(
+            "rollgate demo: no example rows found; pass --examples DIR (a directory of <env>.jsonl files)",
+            file=sys.stderr,
+        )
         return 2
     wanted = args.envs.split(",") if args.envs else [e for e in settings.envs if e in ENVIRONMENTS]
     envs = [e for e in wanted if (src / f"{e}.jsonl").is_file()]
@@ -128,17 +142,24 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else home / "rollouts.jsonl"
     counts = build_task_file(src, envs, args.tasks_per_env, tasks)
     out.unlink(missing_ok=True)  # a demo always collects afresh
-    print(f"collecting {sum(counts.values())} rollouts over {', '.join(envs)} on the embedded stack...",
-          file=sys.stderr)
+    print(
+        f"collecting {sum(counts.values())} rollouts over {', '.join(envs)} on the embedded stack...", file=sys.stderr
+    )
     ns = argparse.Namespace(gateway=None, concurrency=None)
     from tqdm import tqdm
 
     bar = tqdm(total=0, unit="rollout", file=sys.stderr, disable=args.no_progress, dynamic_ncols=True)
     with gateway_url(ns, settings) as url, RolloutClient(url, api_key=settings.api_key) as client:
         started = time.monotonic()
-        stats = collect(client, tasks, out, sampling={"max_output_tokens": args.max_output_tokens},
-                        policy_version="demo", on_total=lambda n: bar.reset(total=n),
-                        on_record=lambda r, s: bar.update(1))
+        stats = collect(
+            client,
+            tasks,
+            out,
+            sampling={"max_output_tokens": args.max_output_tokens},
+            policy_version="demo",
+            on_total=lambda n: bar.reset(total=n),
+            on_record=lambda r, s: bar.update(1),
+        )
         elapsed = time.monotonic() - started
     bar.close()
     records = [jsonutil.loads(line) for line in out.read_bytes().splitlines() if line.strip()]

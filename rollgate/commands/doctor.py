@@ -30,11 +30,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = Settings.load(args.config, redis_url=args.redis_url)
     except Exception as exc:  # a broken config is the first thing doctor must explain, not a traceback
-        print(f"FAIL  config  cannot load settings: {type(exc).__name__}: {exc}\n"
-              "      fix: check the YAML file and the ROLLGATE_* variables", file=sys.stderr)
+        print(
+            f"FAIL  config  cannot load settings: {type(exc).__name__}: {exc}\n"
+            "      fix: check the YAML file and the ROLLGATE_* variables",
+            file=sys.stderr,
+        )
         return 1
-    results = asyncio.run(run_checks(settings, config_file=args.config, gateway_url=args.gateway,
-                                     timeout_s=args.timeout))
+    results = asyncio.run(
+        run_checks(settings, config_file=args.config, gateway_url=args.gateway, timeout_s=args.timeout)
+    )
     if args.json:
         from rollgate.core import jsonutil
 

@@ -10,13 +10,28 @@ from pathlib import Path
 
 def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in", dest="src", required=True, metavar="FILE", help="trajectory JSONL to read")
-    p.add_argument("--out", dest="dst", required=True, metavar="FILE",
-                   help="file to write (replaced only when the whole input is valid)")
-    p.add_argument("--format", dest="fmt", choices=["jsonl", "parquet", "sft"], default="jsonl",
-                   help="jsonl: validated trajectories; parquet: flat columns + nested token data; "
-                        "sft: chat transcripts of successful (completed, reward > 0) episodes")
-    p.add_argument("--min-reward", type=float, default=None, metavar="R",
-                   help="keep only trajectories with reward >= R (failed episodes have no reward)")
+    p.add_argument(
+        "--out",
+        dest="dst",
+        required=True,
+        metavar="FILE",
+        help="file to write (replaced only when the whole input is valid)",
+    )
+    p.add_argument(
+        "--format",
+        dest="fmt",
+        choices=["jsonl", "parquet", "sft"],
+        default="jsonl",
+        help="jsonl: validated trajectories; parquet: flat columns + nested token data; "
+        "sft: chat transcripts of successful (completed, reward > 0) episodes",
+    )
+    p.add_argument(
+        "--min-reward",
+        type=float,
+        default=None,
+        metavar="R",
+        help="keep only trajectories with reward >= R (failed episodes have no reward)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     except RollgateError as exc:
         print(f"rollgate export: {args.src}: {exc.message}", file=sys.stderr)
         return 2
-    print(f"wrote {stats.written} of {stats.read} trajectories to {args.dst} ({args.fmt}); "
-          f"{stats.filtered} filtered out, {stats.skipped_failures} failure records skipped")
+    print(
+        f"wrote {stats.written} of {stats.read} trajectories to {args.dst} ({args.fmt}); "
+        f"{stats.filtered} filtered out, {stats.skipped_failures} failure records skipped"
+    )
     return 0

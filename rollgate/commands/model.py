@@ -8,12 +8,19 @@ import argparse
 
 def add_parser(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="model_command", metavar="ACTION", required=True)
-    tiny = sub.add_parser("tiny", help="build the offline tiny model (seconds, no network)",
-                          description="Build the offline tiny model into DIR (deterministic for a seed).")
+    tiny = sub.add_parser(
+        "tiny",
+        help="build the offline tiny model (seconds, no network)",
+        description="Build the offline tiny model into DIR (deterministic for a seed).",
+    )
     tiny.add_argument("--out", required=True, metavar="DIR", help="directory to write the model to")
     tiny.add_argument("--seed", type=int, default=0, help="seed (the same seed gives identical files)")
-    tiny.add_argument("--warmup-steps", type=int, default=None,
-                      help="warm-up training steps (default: the built-in number; 0 = random weights)")
+    tiny.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=None,
+        help="warm-up training steps (default: the built-in number; 0 = random weights)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

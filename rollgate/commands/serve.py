@@ -44,23 +44,36 @@ examples:
 
 def add_common_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="YAML settings file (also ROLLGATE_CONFIG)")
-    p.add_argument("--redis-url", metavar="URL",
-                   help="Redis for sessions and the job queue (distributed shape); default: in-memory")
+    p.add_argument(
+        "--redis-url",
+        metavar="URL",
+        help="Redis for sessions and the job queue (distributed shape); default: in-memory",
+    )
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--role", choices=sorted(ROLES), default="all",
-                   help="all: every part in one process (embedded, default); or one part: "
-                        "gateway, agent, model, resources")
+    p.add_argument(
+        "--role",
+        choices=sorted(ROLES),
+        default="all",
+        help="all: every part in one process (embedded, default); or one part: gateway, agent, model, resources",
+    )
     p.add_argument("--env", metavar="NAME", help="environment to serve (role resources)")
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None,
-                   help="port (defaults: all/gateway 8000, agent 8100, model 8200, resources 8300)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="port (defaults: all/gateway 8000, agent 8100, model 8200, resources 8300)",
+    )
     p.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING (default INFO)")
     p.add_argument("--log-json", action="store_true", default=None, help="structured JSON logs")
-    p.add_argument("--no-auth", action="store_true",
-                   help="run roles gateway/agent without a bearer token (they refuse to start without "
-                        "ROLLGATE_API_KEY otherwise; role all needs no token unless one is set)")
+    p.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="run roles gateway/agent without a bearer token (they refuse to start without "
+        "ROLLGATE_API_KEY otherwise; role all needs no token unless one is set)",
+    )
     add_common_flags(p)
     p.epilog = SERVE_EPILOG
     p.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -80,8 +93,14 @@ def run(args: argparse.Namespace) -> int:
     from rollgate.core.logging import setup_logging
     from rollgate.core.serving import serve_forever
 
-    settings = Settings.load(args.config, redis_url=args.redis_url, host=args.host,
-                             port=args.port or None, log_level=args.log_level, log_json=args.log_json)
+    settings = Settings.load(
+        args.config,
+        redis_url=args.redis_url,
+        host=args.host,
+        port=args.port or None,
+        log_level=args.log_level,
+        log_json=args.log_json,
+    )
     if args.port is None and "port" not in settings.model_fields_set:
         settings.port = DEFAULT_PORTS[args.role]
     if getattr(args, "no_auth", False):

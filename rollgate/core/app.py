@@ -53,9 +53,13 @@ class BodySizeLimit:
             for name, value in scope["headers"]:
                 if name == b"content-length":
                     if value.isdigit() and int(value) > self.max_body_bytes:
-                        resp = error_response(PayloadTooLarge(
-                            f"request body of {value.decode()} bytes exceeds the limit of {self.max_body_bytes}",
-                            component=self.component, field="body"))
+                        resp = error_response(
+                            PayloadTooLarge(
+                                f"request body of {value.decode()} bytes exceeds the limit of {self.max_body_bytes}",
+                                component=self.component,
+                                field="body",
+                            )
+                        )
                         await resp(scope, receive, send)
                         return
                     break
@@ -73,10 +77,15 @@ def validation_response(exc: RequestValidationError, component: str) -> JSONResp
     errors = exc.errors()
     first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
     field = _validation_field(first.get("loc", ()))
-    body = {"error": {"kind": "bad_request", "component": component, "field": field,
-                      "message": f"{field}: {first.get('msg')}",
-                      "details": [{"field": _validation_field(e.get("loc", ())), "message": e.get("msg")}
-                                  for e in errors[:20]]}}
+    body = {
+        "error": {
+            "kind": "bad_request",
+            "component": component,
+            "field": field,
+            "message": f"{field}: {first.get('msg')}",
+            "details": [{"field": _validation_field(e.get("loc", ())), "message": e.get("msg")} for e in errors[:20]],
+        }
+    }
     return FastJSONResponse(body, status_code=422)
 
 
@@ -110,8 +119,9 @@ def _path_regex(path: str) -> re.Pattern[str]:
     return re.compile(re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(path)))
 
 
-def hot_route(app: FastAPI, method: str, path: str, handler: HotHandler | HotHandlerWithHeaders, *,
-              with_headers: bool = False) -> None:
+def hot_route(
+    app: FastAPI, method: str, path: str, handler: HotHandler | HotHandlerWithHeaders, *, with_headers: bool = False
+) -> None:
     """Serve `method path` with `handler(path_params, body[, headers])` ahead of FastAPI's router."""
     app.state.hot_routes.append(HotRoute(method.upper(), _path_regex(path), handler, with_headers))
 
@@ -131,8 +141,7 @@ class HotRoutes:
                     return
         await self.app(scope, receive, send)
 
-    async def _serve(self, route: HotRoute, params: dict[str, str], scope: Scope, receive: Receive,
-                     send: Send) -> None:
+    async def _serve(self, route: HotRoute, params: dict[str, str], scope: Scope, receive: Receive, send: Send) -> None:
         chunks: list[bytes] = []
         while True:
             message = await receive()

@@ -76,19 +76,28 @@ async def check_redis(url: str | None, timeout_s: float) -> CheckResult:
     try:
         client = aioredis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
     except ValueError as exc:
-        return fail("redis", f"redis URL {shown} is malformed: {exc}",
-                    "use redis://HOST:PORT/DB (or rediss:// for TLS) in --redis-url / ROLLGATE_REDIS_URL")
+        return fail(
+            "redis",
+            f"redis URL {shown} is malformed: {exc}",
+            "use redis://HOST:PORT/DB (or rediss:// for TLS) in --redis-url / ROLLGATE_REDIS_URL",
+        )
     started = time.perf_counter()
     try:
         await client.ping()
         info = await client.info("server")
     except AuthenticationError as exc:
-        return fail("redis", f"{shown} refused the credentials: {exc}",
-                    "put the right password in the URL (redis://:PASSWORD@HOST:PORT/0)")
+        return fail(
+            "redis",
+            f"{shown} refused the credentials: {exc}",
+            "put the right password in the URL (redis://:PASSWORD@HOST:PORT/0)",
+        )
     except (RedisError, OSError) as exc:
-        return fail("redis", f"cannot reach {shown}: {_describe(exc)}",
-                    "start Redis (e.g. `redis-server --port 6379`) or point --redis-url / ROLLGATE_REDIS_URL "
-                    "at a running server")
+        return fail(
+            "redis",
+            f"cannot reach {shown}: {_describe(exc)}",
+            "start Redis (e.g. `redis-server --port 6379`) or point --redis-url / ROLLGATE_REDIS_URL "
+            "at a running server",
+        )
     finally:
         await client.aclose()
     ms = (time.perf_counter() - started) * 1000
@@ -98,9 +107,16 @@ async def check_redis(url: str | None, timeout_s: float) -> CheckResult:
 # ---- HTTP services ----------------------------------------------------------------------------
 
 
-async def check_http_service(name: str, base_url: str, client: httpx.AsyncClient, *, fix: str,
-                             extra_path: str | None = None, health_path: str | None = "/healthz",
-                             headers: dict[str, str] | None = None) -> tuple[CheckResult, object]:
+async def check_http_service(
+    name: str,
+    base_url: str,
+    client: httpx.AsyncClient,
+    *,
+    fix: str,
+    extra_path: str | None = None,
+    health_path: str | None = "/healthz",
+    headers: dict[str, str] | None = None,
+) -> tuple[CheckResult, object]:
     """GET `health_path` (and `extra_path`, returning its JSON). Never raises."""
     base = base_url.rstrip("/")
     shown = redact(base)
@@ -110,26 +126,39 @@ async def check_http_service(name: str, base_url: str, client: httpx.AsyncClient
         except httpx.HTTPError as exc:
             return fail(name, f"cannot reach {shown}{path}: {_describe(exc)}", fix), None
         if resp.status_code == 401:
-            return fail(name, f"{shown}{path} answered 401 (unauthorized)",
-                        "set api_key (ROLLGATE_API_KEY) to the token the service expects"), None
+            return fail(
+                name,
+                f"{shown}{path} answered 401 (unauthorized)",
+                "set api_key (ROLLGATE_API_KEY) to the token the service expects",
+            ), None
         if resp.status_code != 200:
-            hint = ("the service is up but not ready: read its log (it may still be loading)"
-                    if path == health_path and resp.status_code == 503
-                    else f"{shown} may not be a Rollgate {name} (wrong URL or port?)")
+            hint = (
+                "the service is up but not ready: read its log (it may still be loading)"
+                if path == health_path and resp.status_code == 503
+                else f"{shown} may not be a Rollgate {name} (wrong URL or port?)"
+            )
             return fail(name, f"{shown}{path} answered {resp.status_code}: {resp.text[:200]}", hint), None
     if extra_path is None:
         return ok(name, f"{shown} healthy"), None
     try:
         return ok(name, f"{shown} healthy"), resp.json()
     except ValueError:
-        return fail(name, f"{shown}{extra_path} did not answer JSON",
-                    f"{shown} may not be a Rollgate {name} (wrong URL or port?)"), None
+        return fail(
+            name,
+            f"{shown}{extra_path} did not answer JSON",
+            f"{shown} may not be a Rollgate {name} (wrong URL or port?)",
+        ), None
 
 
 async def check_gateway(url: str, client: httpx.AsyncClient, headers: dict[str, str] | None = None) -> CheckResult:
     result, body = await check_http_service(
-        "gateway", url, client, extra_path="/v1/rollouts", headers=headers,
-        fix="start it (`rollgate serve`) or fix --gateway / ROLLGATE_GATEWAY_URL")
+        "gateway",
+        url,
+        client,
+        extra_path="/v1/rollouts",
+        headers=headers,
+        fix="start it (`rollgate serve`) or fix --gateway / ROLLGATE_GATEWAY_URL",
+    )
     if result.status is Status.ok:
         result.detail += "; /v1/rollouts answered (auth accepted)"
     return result
@@ -140,38 +169,62 @@ def _model_ids(body: object) -> list[str]:
     return [m.get("id", "?") for m in data if isinstance(m, dict)]
 
 
-async def check_remote_model(name: str, url: str, client: httpx.AsyncClient, expect: str | None, *,
-                             upstream: bool = False, api_key: str | None = None,
-                             headers: dict[str, str] | None = None) -> CheckResult:
+async def check_remote_model(
+    name: str,
+    url: str,
+    client: httpx.AsyncClient,
+    expect: str | None,
+    *,
+    upstream: bool = False,
+    api_key: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> CheckResult:
     """A Rollgate model server (GET /healthz + /v1/models) or an upstream OpenAI-compatible one
     (vLLM, OpenAI: /v1/models only; their health routes differ and a model list proves more)."""
     models = "/models" if url.rstrip("/").endswith("/v1") else "/v1/models"
     result, body = await check_http_service(
-        name, url, client, extra_path=models, health_path=None if upstream else "/healthz",
+        name,
+        url,
+        client,
+        extra_path=models,
+        health_path=None if upstream else "/healthz",
         headers={"authorization": f"Bearer {api_key}"} if api_key else headers,
-        fix="start the model server (`rollgate serve --role model`) or fix model_url / model.upstream_urls")
+        fix="start the model server (`rollgate serve --role model`) or fix model_url / model.upstream_urls",
+    )
     if result.status is not Status.ok:
         return result
     ids = _model_ids(body)
     if not ids:
         return fail(name, f"{redact(url)}{models} lists no model", "check the model server's log: no model loaded")
     if expect and expect not in ids:
-        return warn(name, f"{redact(url)} serves {ids}, not {expect!r}",
-                    "set model.served_name (or model.upstream_model) to one of the served ids")
+        return warn(
+            name,
+            f"{redact(url)} serves {ids}, not {expect!r}",
+            "set model.served_name (or model.upstream_model) to one of the served ids",
+        )
     return ok(name, f"{redact(url)} healthy, serves {', '.join(ids)}")
 
 
-async def check_env_url(env: str, url: str, client: httpx.AsyncClient,
-                        headers: dict[str, str] | None = None) -> CheckResult:
+async def check_env_url(
+    env: str, url: str, client: httpx.AsyncClient, headers: dict[str, str] | None = None
+) -> CheckResult:
     name = f"env:{env}"
     result, body = await check_http_service(
-        name, url, client, extra_path="/tools", headers=headers,
-        fix=f"start it (`rollgate serve --role resources --env {env}`) or fix env_urls.{env}")
+        name,
+        url,
+        client,
+        extra_path="/tools",
+        headers=headers,
+        fix=f"start it (`rollgate serve --role resources --env {env}`) or fix env_urls.{env}",
+    )
     if result.status is not Status.ok:
         return result
     if not isinstance(body, list):
-        return fail(name, f"{redact(url)}/tools did not answer a list of tool schemas",
-                    f"env_urls.{env} may point at another service")
+        return fail(
+            name,
+            f"{redact(url)}/tools did not answer a list of tool schemas",
+            f"env_urls.{env} may point at another service",
+        )
     return ok(name, f"{redact(url)} healthy, {len(body)} tool(s)")
 
 
@@ -188,9 +241,12 @@ def check_env_local(env: str) -> CheckResult:
         loaded = load_env(env)
         tools = loaded.tool_schemas()
     except Exception as exc:  # an environment's import or constructor failing is exactly what we report
-        return fail(name, f"cannot load in-process: {_describe(exc)}",
-                    "reinstall Rollgate (`pip install -e .`) and read the traceback: "
-                    f"python -c \"from rollgate.resources_servers.registry import load_env; load_env('{env}')\"")
+        return fail(
+            name,
+            f"cannot load in-process: {_describe(exc)}",
+            "reinstall Rollgate (`pip install -e .`) and read the traceback: "
+            f"python -c \"from rollgate.resources_servers.registry import load_env; load_env('{env}')\"",
+        )
     return ok(name, f"loads in-process, {len(tools)} tool(s)")
 
 
@@ -202,22 +258,31 @@ def check_model_dir(name: str, path: Path, *, missing_is_fail: bool) -> CheckRes
     """A transformers model directory: config.json parses, tokenizer.json loads, weights exist.
     Reads files only (no torch), so it takes milliseconds."""
     if not path.is_dir():
-        fix = (f"build it: `rollgate model tiny --out {path}`" if not missing_is_fail and path.name == "tiny-model"
-               else f"point model.model_path at a transformers model directory, or `rollgate model tiny --out {path}`")
+        fix = (
+            f"build it: `rollgate model tiny --out {path}`"
+            if not missing_is_fail and path.name == "tiny-model"
+            else f"point model.model_path at a transformers model directory, or `rollgate model tiny --out {path}`"
+        )
         detail = f"no model directory at {path}"
         return fail(name, detail, fix) if missing_is_fail else warn(name, detail + " (built on first use)", fix)
     try:
         config = json.loads((path / "config.json").read_text())
     except (OSError, ValueError) as exc:
-        return fail(name, f"{path}/config.json unreadable: {_describe(exc)}",
-                    "the directory is not a complete transformers model: rebuild or re-copy it")
+        return fail(
+            name,
+            f"{path}/config.json unreadable: {_describe(exc)}",
+            "the directory is not a complete transformers model: rebuild or re-copy it",
+        )
     try:
         from tokenizers import Tokenizer
 
         vocab = Tokenizer.from_file(str(path / "tokenizer.json")).get_vocab_size()
     except Exception as exc:  # tokenizers raises its own untyped exceptions
-        return fail(name, f"{path}/tokenizer.json does not load: {_describe(exc)}",
-                    "rebuild the model directory (the tokenizer file is damaged or missing)")
+        return fail(
+            name,
+            f"{path}/tokenizer.json does not load: {_describe(exc)}",
+            "rebuild the model directory (the tokenizer file is damaged or missing)",
+        )
     weights = sorted(p.name for p in path.glob("*.safetensors")) or sorted(p.name for p in path.glob("*.bin"))
     if not weights:
         return fail(name, f"{path} has no weights (*.safetensors)", "rebuild or re-copy the model directory")
@@ -228,23 +293,32 @@ def check_sandbox() -> CheckResult:
     try:
         from rollgate.sandbox.isolation import doctor_check
     except ImportError as exc:
-        return warn("sandbox", f"the sandbox package offers no isolation check ({_describe(exc)})",
-                    "reinstall Rollgate (`pip install -e .`)")
+        return warn(
+            "sandbox",
+            f"the sandbox package offers no isolation check ({_describe(exc)})",
+            "reinstall Rollgate (`pip install -e .`)",
+        )
     report = doctor_check()
     if report.get("ok"):
         return ok("sandbox", str(report.get("detail", "isolated")))
     # A WARN, not a FAIL: everything still runs; only untrusted code (the `code` env) is exposed.
-    return warn("sandbox", str(report.get("detail", "not isolated")),
-                "run the sandbox as root or with user namespaces allowed "
-                "(sysctl kernel.unprivileged_userns_clone=1), or use a container provider")
+    return warn(
+        "sandbox",
+        str(report.get("detail", "not isolated")),
+        "run the sandbox as root or with user namespaces allowed "
+        "(sysctl kernel.unprivileged_userns_clone=1), or use a container provider",
+    )
 
 
 def check_config(settings: Settings, config_file: str | None) -> CheckResult:
     source = f"settings from {config_file}" if config_file else "settings from defaults and ROLLGATE_* variables"
     distributed = bool(settings.redis_url or settings.model_url or settings.env_urls)
     if distributed and not settings.api_key:
-        return warn("config", f"{source}; distributed parts are configured but api_key is unset",
-                    "set api_key (ROLLGATE_API_KEY): every role but the embedded one requires a bearer token")
+        return warn(
+            "config",
+            f"{source}; distributed parts are configured but api_key is unset",
+            "set api_key (ROLLGATE_API_KEY): every role but the embedded one requires a bearer token",
+        )
     return ok("config", source)
 
 
@@ -271,8 +345,9 @@ def _in_thread(fn: Callable[..., CheckResult], *args, **kwargs) -> Check:
     return lambda: asyncio.to_thread(fn, *args, **kwargs)
 
 
-async def run_checks(settings: Settings, *, config_file: str | None = None, gateway_url: str | None = None,
-                     timeout_s: float = 5.0) -> list[CheckResult]:
+async def run_checks(
+    settings: Settings, *, config_file: str | None = None, gateway_url: str | None = None, timeout_s: float = 5.0
+) -> list[CheckResult]:
     """Every check that applies to `settings`, in a stable order."""
     gateway_url = gateway_url or settings.gateway_url
     # Our token goes to our own services only, never to an upstream (vLLM, OpenAI) server.
@@ -293,18 +368,23 @@ async def run_checks(settings: Settings, *, config_file: str | None = None, gate
                 checks.append((f"env:{env}", _in_thread(check_env_local, env)))
         # the probe forks a few short processes; 10 s covers a slow host
         checks.append(("sandbox", _in_thread(check_sandbox)))
-        return list(await asyncio.gather(*(_timed(n, c, max(timeout_s, 10.0) if n == "sandbox" else timeout_s)
-                                           for n, c in checks)))
+        return list(
+            await asyncio.gather(
+                *(_timed(n, c, max(timeout_s, 10.0) if n == "sandbox" else timeout_s) for n, c in checks)
+            )
+        )
 
 
-def _model_checks(settings: Settings, client: httpx.AsyncClient,
-                  auth: dict[str, str] | None) -> list[tuple[str, Check]]:
+def _model_checks(
+    settings: Settings, client: httpx.AsyncClient, auth: dict[str, str] | None
+) -> list[tuple[str, Check]]:
     m = settings.model
     tiny = default_tiny_path(settings)
     out: list[tuple[str, Check]] = []
     if settings.model_url:
-        out.append(("model", lambda: check_remote_model("model", settings.model_url, client, m.served_name,
-                                                               headers=auth)))
+        out.append(
+            ("model", lambda: check_remote_model("model", settings.model_url, client, m.served_name, headers=auth))
+        )
     elif m.backend == "local":
         path = Path(m.model_path)
         # The default model path is the tiny model, which the server builds when missing.
@@ -314,11 +394,23 @@ def _model_checks(settings: Settings, client: httpx.AsyncClient,
             return out
     elif m.backend in ("vllm", "openai"):
         if not m.upstream_urls:
-            out.append(("model", _in_thread(lambda: fail(
-                "model", f"backend {m.backend} has no upstream server", "set model.upstream_urls"))))
+            out.append(
+                (
+                    "model",
+                    _in_thread(
+                        lambda: fail("model", f"backend {m.backend} has no upstream server", "set model.upstream_urls")
+                    ),
+                )
+            )
         for i, url in enumerate(m.upstream_urls):
-            out.append((f"model[{i}]", lambda u=url, i=i: check_remote_model(
-                f"model[{i}]", u, client, m.upstream_model, upstream=True, api_key=m.upstream_api_key)))
+            out.append(
+                (
+                    f"model[{i}]",
+                    lambda u=url, i=i: check_remote_model(
+                        f"model[{i}]", u, client, m.upstream_model, upstream=True, api_key=m.upstream_api_key
+                    ),
+                )
+            )
     else:
         out.append(("model", _in_thread(lambda: ok("model", f"backend {m.backend} (no server to check)"))))
     out.append(("tiny-model", _in_thread(check_model_dir, "tiny-model", tiny, missing_is_fail=False)))

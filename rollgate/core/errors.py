@@ -96,8 +96,9 @@ def error_from_body(body: dict, *, component: str, status: int) -> RollgateError
     """Rebuild a typed error from another service's error body (the inverse of .body())."""
     err = body.get("error") if isinstance(body, dict) else None
     if not isinstance(err, dict):
-        return UpstreamError(f"HTTP {status}: {str(body)[:300]}", component=component,
-                             transient=status >= 500, status=status)
+        return UpstreamError(
+            f"HTTP {status}: {str(body)[:300]}", component=component, transient=status >= 500, status=status
+        )
     message = str(err.get("message", ""))
     comp = str(err.get("component", component))
     field = err.get("field")

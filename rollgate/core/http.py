@@ -21,8 +21,13 @@ from rollgate.core.errors import (
 
 
 class RetryPolicy:
-    def __init__(self, attempts: int = 3, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
-                 on_retry: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        attempts: int = 3,
+        backoff_s: float = 0.05,
+        max_backoff_s: float = 2.0,
+        on_retry: Callable[[], None] | None = None,
+    ):
         if attempts < 1:
             raise ValueError("attempts must be >= 1")
         self.attempts = attempts
@@ -32,7 +37,7 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         # Full jitter: spreads retries of many clients so they do not stampede a recovering server.
-        cap = min(self.max_backoff_s, self.backoff_s * (2 ** attempt))
+        cap = min(self.max_backoff_s, self.backoff_s * (2**attempt))
         return random.uniform(0, cap)
 
 
@@ -66,10 +71,10 @@ class HttpClient:
         if self._session is None or self._session.closed:
             # Idle connections are dropped well before the server's keep-alive (serving.py: 75 s):
             # reusing one the server is closing fails a request that must not be retried (a tool call).
-            connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=CLIENT_KEEPALIVE_S,
-                                             ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(connector=connector, headers=self.headers,
-                                                  json_serialize=jsonutil.dumps_str)
+            connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=CLIENT_KEEPALIVE_S, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(
+                connector=connector, headers=self.headers, json_serialize=jsonutil.dumps_str
+            )
         return self._session
 
     async def close(self) -> None:
@@ -122,21 +127,23 @@ class HttpClient:
         url = self.base_url + path
         data = jsonutil.dumps(json) if json is not None else None
         try:
-            async with self._get_session().request(method, url, data=data, headers=headers,
-                                                   timeout=self._total_timeout(timeout_s)) as resp:
+            async with self._get_session().request(
+                method, url, data=data, headers=headers, timeout=self._total_timeout(timeout_s)
+            ) as resp:
                 raw = await resp.read()
                 status = resp.status
         except TimeoutError:
-            raise UpstreamTimeout(f"{method} {url} took longer than {timeout_s:g}s",
-                                  component=self.component) from None
+            raise UpstreamTimeout(f"{method} {url} took longer than {timeout_s:g}s", component=self.component) from None
         except aiohttp.ClientConnectorError as exc:
-            err = UpstreamError(f"cannot connect to {self.base_url}: {exc.os_error or exc}",
-                                component=self.component, transient=True)
+            err = UpstreamError(
+                f"cannot connect to {self.base_url}: {exc.os_error or exc}", component=self.component, transient=True
+            )
             err.not_sent = True  # type: ignore[attr-defined]
             raise err from None
         except (aiohttp.ClientError, ConnectionError) as exc:
-            raise UpstreamError(f"{method} {url} failed: {type(exc).__name__}: {exc}",
-                                component=self.component, transient=True) from None
+            raise UpstreamError(
+                f"{method} {url} failed: {type(exc).__name__}: {exc}", component=self.component, transient=True
+            ) from None
         body: Any = None
         if raw:
             try:
@@ -147,8 +154,9 @@ class HttpClient:
             raise error_from_body(body, component=self.component, status=status)
         return body
 
-    async def stream_lines(self, method: str, path: str, json: Any = None, *,
-                           timeout_s: float | None = None, idle_timeout_s: float = 60.0) -> AsyncIterator[bytes]:
+    async def stream_lines(
+        self, method: str, path: str, json: Any = None, *, timeout_s: float | None = None, idle_timeout_s: float = 60.0
+    ) -> AsyncIterator[bytes]:
         """Yield the non-empty lines of a streamed body (NDJSON or SSE)."""
         url = self.base_url + path
         data = jsonutil.dumps(json) if json is not None else None
@@ -169,8 +177,8 @@ class HttpClient:
         except (TimeoutError, aiohttp.ServerTimeoutError):
             raise UpstreamTimeout(f"{method} {url} stalled", component=self.component) from None
         except aiohttp.ClientConnectorError as exc:
-            raise UpstreamError(f"cannot connect to {self.base_url}: {exc}", component=self.component,
-                                transient=True) from None
+            raise UpstreamError(
+                f"cannot connect to {self.base_url}: {exc}", component=self.component, transient=True
+            ) from None
         except aiohttp.ClientError as exc:
-            raise UpstreamError(f"{method} {url} failed: {exc}", component=self.component,
-                                transient=True) from None
+            raise UpstreamError(f"{method} {url} failed: {exc}", component=self.component, transient=True) from None

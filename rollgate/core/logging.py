@@ -17,7 +17,10 @@ from rollgate.core import jsonutil
 CONTEXT_FIELDS = ("job_id", "trajectory_id", "session_id", "task_id", "env", "component")
 
 # Immutable mapping per context: set() replaces it, so a task never sees ids bound by a sibling.
-_LOG_CONTEXT: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("rollgate_log_context", default={})
+_LOG_CONTEXT: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
+    "rollgate_log_context",
+    default={},  # noqa: B039 - never mutated: set() replaces it
+)
 
 
 @contextlib.contextmanager
@@ -53,8 +56,12 @@ class LogContextFilter(logging.Filter):
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": round(time.time(), 3), "level": record.levelname, "logger": record.name,
-               "msg": record.getMessage()}
+        out = {
+            "ts": round(time.time(), 3),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         for key in CONTEXT_FIELDS:
             value = getattr(record, key, None)
             if value is not None:

@@ -16,28 +16,51 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.rollouts_started = Counter("rollgate_rollouts_started", "Episodes started", ["env"], registry=r)
-        self.rollouts_finished = Counter("rollgate_rollouts_finished", "Episodes finished, by outcome",
-                                         ["env", "outcome"], registry=r)
+        self.rollouts_finished = Counter(
+            "rollgate_rollouts_finished", "Episodes finished, by outcome", ["env", "outcome"], registry=r
+        )
         self.in_flight = Gauge("rollgate_sessions_in_flight", "Episodes running now", ["env"], registry=r)
-        self.hop_latency = Histogram("rollgate_hop_latency_seconds", "Latency of one hop of an episode",
-                                     ["hop", "env"], buckets=HOP_BUCKETS, registry=r)
-        self.tokens = Counter("rollgate_tokens", "Tokens seen by the policy (in = prompt, out = generated)",
-                              ["direction", "env"], registry=r)
-        self.reward = Histogram("rollgate_reward", "Reward of verified episodes", ["env"],
-                                buckets=REWARD_BUCKETS, registry=r)
-        self.token_drift = Counter("rollgate_token_drift", "Turns whose prompt did not extend the previous "
-                                   "turn's tokens (re-tokenisation detected)", ["env"], registry=r)
+        self.hop_latency = Histogram(
+            "rollgate_hop_latency_seconds",
+            "Latency of one hop of an episode",
+            ["hop", "env"],
+            buckets=HOP_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "rollgate_tokens",
+            "Tokens seen by the policy (in = prompt, out = generated)",
+            ["direction", "env"],
+            registry=r,
+        )
+        self.reward = Histogram(
+            "rollgate_reward", "Reward of verified episodes", ["env"], buckets=REWARD_BUCKETS, registry=r
+        )
+        self.token_drift = Counter(
+            "rollgate_token_drift",
+            "Turns whose prompt did not extend the previous turn's tokens (re-tokenisation detected)",
+            ["env"],
+            registry=r,
+        )
         self.retries = Counter("rollgate_retries", "Retried transient transport errors", ["component"], registry=r)
         self.queue_depth = Gauge("rollgate_queue_depth", "Tasks waiting in the job queue", registry=r)
         self.queue_reclaims = Counter("rollgate_queue_reclaims", "Tasks reclaimed from dead workers", registry=r)
         self.jobs = Counter("rollgate_jobs", "Rollout jobs by state change", ["event"], registry=r)
-        self.tool_calls = Counter("rollgate_tool_calls", "Tool calls served by a resources server",
-                                  ["env", "tool", "result"], registry=r)
-        self.sandbox_execs = Counter("rollgate_sandbox_executions", "Sandbox executions by result", ["result"],
-                                     registry=r)
-        self.model_requests = Counter("rollgate_model_requests", "Model server requests by backend and status",
-                                      ["backend", "status"], registry=r)
-        self.model_tokens = Counter("rollgate_model_tokens", "Tokens processed by the model server",
-                                    ["direction"], registry=r)
-        self.model_batch_size = Histogram("rollgate_model_batch_size", "Sequences decoded together",
-                                          buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
+        self.tool_calls = Counter(
+            "rollgate_tool_calls", "Tool calls served by a resources server", ["env", "tool", "result"], registry=r
+        )
+        self.sandbox_execs = Counter(
+            "rollgate_sandbox_executions", "Sandbox executions by result", ["result"], registry=r
+        )
+        self.model_requests = Counter(
+            "rollgate_model_requests", "Model server requests by backend and status", ["backend", "status"], registry=r
+        )
+        self.model_tokens = Counter(
+            "rollgate_model_tokens", "Tokens processed by the model server", ["direction"], registry=r
+        )
+        self.model_batch_size = Histogram(
+            "rollgate_model_batch_size",
+            "Sequences decoded together",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=r,
+        )

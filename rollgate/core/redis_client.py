@@ -18,8 +18,13 @@ def bounded_client(url: str, *, max_connections: int, wait_s: float, socket_time
     import redis.asyncio as aioredis
 
     pool = aioredis.BlockingConnectionPool.from_url(
-        url, max_connections=max_connections, timeout=wait_s, decode_responses=False,
-        socket_timeout=socket_timeout, socket_connect_timeout=5)
+        url,
+        max_connections=max_connections,
+        timeout=wait_s,
+        decode_responses=False,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=5,
+    )
     return aioredis.Redis.from_pool(pool)  # owns the pool: aclose() disconnects it
 
 

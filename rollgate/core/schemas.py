@@ -105,7 +105,7 @@ class Turn(BaseModel):
     weight_version: str | None = None
 
     @model_validator(mode="after")
-    def _aligned(self) -> "Turn":
+    def _aligned(self) -> Turn:
         if len(self.generation_log_probs) != len(self.generation_token_ids):
             raise ValueError(
                 "generation_log_probs must have one entry per generation token "
@@ -144,7 +144,7 @@ class Trajectory(BaseModel):
     timings: Timings = Field(default_factory=Timings)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Trajectory":
+    def _consistent(self) -> Trajectory:
         if self.schema_version > SCHEMA_VERSION:
             raise ValueError(f"schema_version {self.schema_version} is newer than {SCHEMA_VERSION}")
         if self.outcome.has_reward:
@@ -209,7 +209,7 @@ class VerifyResult(BaseModel):
     metrics: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _sum(self) -> "VerifyResult":
+    def _sum(self) -> VerifyResult:
         if self.reward_components:
             total = sum(self.reward_components.values())
             if abs(total - self.reward) > 1e-6:

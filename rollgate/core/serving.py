@@ -17,9 +17,18 @@ SERVER_KEEPALIVE_S = 75
 
 
 def uvicorn_config(app, host: str, port: int, *, log_level: str = "warning") -> uvicorn.Config:
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                          loop="uvloop", http="httptools", timeout_keep_alive=SERVER_KEEPALIVE_S, backlog=4096,
-                          lifespan="on")
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        loop="uvloop",
+        http="httptools",
+        timeout_keep_alive=SERVER_KEEPALIVE_S,
+        backlog=4096,
+        lifespan="on",
+    )
 
 
 def serve_forever(app, host: str, port: int, *, log_level: str = "info") -> None:

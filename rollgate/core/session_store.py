@@ -181,17 +181,25 @@ class RedisSessionStore:
     Keys: `{prefix}:s:{id}` (JSON, PX ttl), `{prefix}:lock:{id}` (update lock, PX lease),
     `{prefix}:live` (ZSET of ids by expiry, for the capacity limit)."""
 
-    def __init__(self, url: str, *, prefix: str = "rollgate:sessions", ttl_s: float = 3600.0,
-                 capacity: int = 100_000, lock_lease_s: float = 120.0, lock_wait_s: float = 60.0,
-                 max_connections: int = 64, client: Any = None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "rollgate:sessions",
+        ttl_s: float = 3600.0,
+        capacity: int = 100_000,
+        lock_lease_s: float = 120.0,
+        lock_wait_s: float = 60.0,
+        max_connections: int = 64,
+        client: Any = None,
+    ):
         self.url = url
         self.prefix = prefix
         self.ttl_s = ttl_s
         self.capacity = capacity
         self.lock_lease_s = lock_lease_s
         self.lock_wait_s = lock_wait_s
-        self._r = client or bounded_client(url, max_connections=max_connections, wait_s=lock_wait_s,
-                                           socket_timeout=10)
+        self._r = client or bounded_client(url, max_connections=max_connections, wait_s=lock_wait_s, socket_timeout=10)
         self._create = self._r.register_script(_CREATE)
         self._commit = self._r.register_script(_COMMIT)
         self._unlock = self._r.register_script(_UNLOCK)
@@ -214,9 +222,12 @@ class RedisSessionStore:
     async def create(self, data: dict[str, Any]) -> str:
         sid = new_session_id()
         ttl_ms = int(self.ttl_s * 1000)
-        ok = await self._call(self._create(
-            keys=[self._live_key, self._k(sid)],
-            args=[int(time.time() * 1000), self.capacity, ttl_ms, sid, jsonutil.dumps(data)]))
+        ok = await self._call(
+            self._create(
+                keys=[self._live_key, self._k(sid)],
+                args=[int(time.time() * 1000), self.capacity, ttl_ms, sid, jsonutil.dumps(data)],
+            )
+        )
         if not ok:
             raise CapacityError(f"session store is full ({self.capacity} live sessions)", component="store")
         return sid
@@ -242,8 +253,9 @@ class RedisSessionStore:
             if got[0] == 1:
                 return token, got[1]
             if time.monotonic() > deadline:
-                raise CapacityError(f"session {session_id[:8]}... is busy (lock held > {self.lock_wait_s:g}s)",
-                                    component="store")
+                raise CapacityError(
+                    f"session {session_id[:8]}... is busy (lock held > {self.lock_wait_s:g}s)", component="store"
+                )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
 
@@ -255,14 +267,20 @@ class RedisSessionStore:
         except BaseException:
             await self._call(self._unlock(keys=[self._lk(session_id)], args=[token]))
             raise
-        status = await self._call(self._commit(
-            keys=[self._k(session_id), self._lk(session_id), self._live_key],
-            args=[token, jsonutil.dumps(work), int(self.ttl_s * 1000), int(time.time() * 1000), session_id]))
+        status = await self._call(
+            self._commit(
+                keys=[self._k(session_id), self._lk(session_id), self._live_key],
+                args=[token, jsonutil.dumps(work), int(self.ttl_s * 1000), int(time.time() * 1000), session_id],
+            )
+        )
         if status == 0:
             raise _not_found(session_id)
         if status == -1:
-            raise CapacityError(f"session {session_id[:8]}... update outlived its lock lease "
-                                f"({self.lock_lease_s:g}s); the change was dropped", component="store")
+            raise CapacityError(
+                f"session {session_id[:8]}... update outlived its lock lease "
+                f"({self.lock_lease_s:g}s); the change was dropped",
+                component="store",
+            )
         return result
 
     async def delete(self, session_id: str) -> bool:

@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
 
     @classmethod
-    def load(cls, config_file: str | os.PathLike | None = None, **overrides: Any) -> "Settings":
+    def load(cls, config_file: str | os.PathLike | None = None, **overrides: Any) -> Settings:
         """Defaults < YAML file < environment < explicit overrides (command-line flags)."""
         data: dict[str, Any] = {}
         path = config_file or os.environ.get("ROLLGATE_CONFIG")

@@ -71,10 +71,18 @@ def _urls(name: str, replicas: int, host_of: HostOf, port_of: PortOf) -> tuple[l
 
 
 def distributed_topology(
-    envs: Sequence[str], *, redis_url: str, api_key: str,
-    host_of: HostOf = compose_host, port_of: PortOf = role_port, bind_host: str = "0.0.0.0",
-    agent_replicas: int = 2, env_replicas: int = 1, model_backend: str = "local",
-    agent_concurrency: int | None = None, model_env: Mapping[str, str] | None = None,
+    envs: Sequence[str],
+    *,
+    redis_url: str,
+    api_key: str,
+    host_of: HostOf = compose_host,
+    port_of: PortOf = role_port,
+    bind_host: str = "0.0.0.0",
+    agent_replicas: int = 2,
+    env_replicas: int = 1,
+    model_backend: str = "local",
+    agent_concurrency: int | None = None,
+    model_env: Mapping[str, str] | None = None,
 ) -> list[ServiceSpec]:
     """model, resources-<env> per environment, agent workers and the gateway, in start order.
 
@@ -89,23 +97,31 @@ def distributed_topology(
     envs = list(dict.fromkeys(envs))
     common = {"ROLLGATE_REDIS_URL": redis_url, "ROLLGATE_API_KEY": api_key}
 
-    def spec(name: str, role: Role, replicas: int, extra_args: list[str], env: dict[str, str],
-             depends_on: list[str]) -> ServiceSpec:
+    def spec(
+        name: str, role: Role, replicas: int, extra_args: list[str], env: dict[str, str], depends_on: list[str]
+    ) -> ServiceSpec:
         ports, urls = _urls(name, replicas, host_of, port_of)
-        return ServiceSpec(name=name, role=role,
-                           args=["serve", "--role", role, *extra_args, "--host", bind_host],
-                           env={**common, **env}, port=ports[0], replica_ports=ports, urls=urls,
-                           depends_on=depends_on)
+        return ServiceSpec(
+            name=name,
+            role=role,
+            args=["serve", "--role", role, *extra_args, "--host", bind_host],
+            env={**common, **env},
+            port=ports[0],
+            replica_ports=ports,
+            urls=urls,
+            depends_on=depends_on,
+        )
 
-    model = spec("model", "model", 1, [], {"ROLLGATE_MODEL__BACKEND": model_backend,
-                                           **dict(model_env or {})}, ["redis"])
-    resources = [spec(f"resources-{e}", "resources", env_replicas, ["--env", e], {}, ["redis"])
-                 for e in envs]
+    model = spec(
+        "model", "model", 1, [], {"ROLLGATE_MODEL__BACKEND": model_backend, **dict(model_env or {})}, ["redis"]
+    )
+    resources = [spec(f"resources-{e}", "resources", env_replicas, ["--env", e], {}, ["redis"]) for e in envs]
     # agents and the gateway know where everything is: the model and each environment's replicas
     wiring = {
         "ROLLGATE_MODEL_URL": model.urls[0],
-        "ROLLGATE_ENV_URLS": json.dumps({e: r.urls for e, r in zip(envs, resources)},
-                                        separators=(",", ":")),
+        "ROLLGATE_ENV_URLS": json.dumps(
+            {e: r.urls for e, r in zip(envs, resources, strict=True)}, separators=(",", ":")
+        ),
         "ROLLGATE_ENVS": json.dumps(envs, separators=(",", ":")),
     }
     upstream = ["redis", "model", *(r.name for r in resources)]
@@ -117,12 +133,17 @@ def distributed_topology(
     return [model, *resources, agent, gateway]
 
 
-def loopback_topology(envs: Sequence[str], *, redis_url: str, api_key: str, port_of: PortOf,
-                      **kw) -> list[ServiceSpec]:
+def loopback_topology(envs: Sequence[str], *, redis_url: str, api_key: str, port_of: PortOf, **kw) -> list[ServiceSpec]:
     """The same shape as processes on one machine: 127.0.0.1, one port per (service, replica)."""
-    return distributed_topology(envs, redis_url=redis_url, api_key=api_key,
-                                host_of=lambda _service: "127.0.0.1", port_of=port_of,
-                                bind_host="127.0.0.1", **kw)
+    return distributed_topology(
+        envs,
+        redis_url=redis_url,
+        api_key=api_key,
+        host_of=lambda _service: "127.0.0.1",
+        port_of=port_of,
+        bind_host="127.0.0.1",
+        **kw,
+    )
 
 
 def settings_fields_of(env: Mapping[str, str]) -> set[str]:

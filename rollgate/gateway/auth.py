@@ -17,8 +17,14 @@ OPEN_PATHS = ("/healthz", "/metrics", "/openapi.json", "/docs")
 OPEN_PREFIXES = ("/ui",)
 
 
-def require_bearer(app: FastAPI, api_key: str, *, component: str,
-                   open_paths: tuple[str, ...] = OPEN_PATHS, open_prefixes: tuple[str, ...] = OPEN_PREFIXES) -> None:
+def require_bearer(
+    app: FastAPI,
+    api_key: str,
+    *,
+    component: str,
+    open_paths: tuple[str, ...] = OPEN_PATHS,
+    open_prefixes: tuple[str, ...] = OPEN_PREFIXES,
+) -> None:
     expected = f"Bearer {api_key}".encode()
 
     @app.middleware("http")
@@ -28,8 +34,11 @@ def require_bearer(app: FastAPI, api_key: str, *, component: str,
             return await call_next(request)
         given = request.headers.get("authorization")
         if given is None:
-            err = Unauthorized("missing bearer token: send the header `Authorization: Bearer <api key>`",
-                               component=component, field="authorization")
+            err = Unauthorized(
+                "missing bearer token: send the header `Authorization: Bearer <api key>`",
+                component=component,
+                field="authorization",
+            )
         elif not hmac.compare_digest(given.encode(), expected):
             err = Unauthorized("wrong bearer token", component=component, field="authorization")
         else:
@@ -38,5 +47,7 @@ def require_bearer(app: FastAPI, api_key: str, *, component: str,
 
 
 def auth_required_but_missing(role: str) -> str:
-    return (f"rollgate serve --role {role} needs an API token: set ROLLGATE_API_KEY (or api_key in the config "
-            "file), or disable auth explicitly with --no-auth / ROLLGATE_GATEWAY__AUTH=false")
+    return (
+        f"rollgate serve --role {role} needs an API token: set ROLLGATE_API_KEY (or api_key in the config "
+        "file), or disable auth explicitly with --no-auth / ROLLGATE_GATEWAY__AUTH=false"
+    )

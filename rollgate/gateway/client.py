@@ -19,19 +19,27 @@ log = logging.getLogger("rollgate.client")
 
 
 class RolloutClient:
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 60.0,
-                 max_reconnects: int = 20, capacity_wait_s: float = 600.0):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        max_reconnects: int = 20,
+        capacity_wait_s: float = 600.0,
+    ):
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, headers=headers,
-                                  timeout=httpx.Timeout(timeout_s, connect=10.0))
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0)
+        )
         self.max_reconnects = max_reconnects
         self.capacity_wait_s = capacity_wait_s
 
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "RolloutClient":
+    def __enter__(self) -> RolloutClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -53,22 +61,36 @@ class RolloutClient:
         try:
             return self._check(self._http.request(method, path, **kw))
         except httpx.TransportError as exc:
-            raise UpstreamError(f"cannot reach the gateway at {self.base_url}: {exc}", component="gateway",
-                                transient=True) from None
+            raise UpstreamError(
+                f"cannot reach the gateway at {self.base_url}: {exc}", component="gateway", transient=True
+            ) from None
 
     def envs(self) -> list[str]:
         return list(self._request("GET", "/v1/envs")["envs"])
 
-    def submit(self, tasks: list[dict[str, Any]], *, env: str | None = None, repeats: int = 1,
-               sampling: dict[str, Any] | None = None, policy_version: str | None = None) -> dict[str, Any]:
+    def submit(
+        self,
+        tasks: list[dict[str, Any]],
+        *,
+        env: str | None = None,
+        repeats: int = 1,
+        sampling: dict[str, Any] | None = None,
+        policy_version: str | None = None,
+    ) -> dict[str, Any]:
         """Submit a job; while the queue is full (503) wait as told by Retry-After, up to capacity_wait_s."""
-        body = {"tasks": tasks, "env": env, "repeats": repeats, "sampling": sampling or {},
-                "policy_version": policy_version}
+        body = {
+            "tasks": tasks,
+            "env": env,
+            "repeats": repeats,
+            "sampling": sampling or {},
+            "policy_version": policy_version,
+        }
         deadline = time.monotonic() + self.capacity_wait_s
         while True:
             try:
-                return self._request("POST", "/v1/rollouts", content=jsonutil.dumps(body),
-                                     headers={"content-type": "application/json"})
+                return self._request(
+                    "POST", "/v1/rollouts", content=jsonutil.dumps(body), headers={"content-type": "application/json"}
+                )
             except CapacityError as exc:
                 if time.monotonic() + exc.retry_after_s > deadline:
                     raise
@@ -90,8 +112,9 @@ class RolloutClient:
             if cursor:
                 params["cursor"] = cursor
             try:
-                with self._http.stream("GET", f"/v1/rollouts/{job_id}/results", params=params,
-                                       timeout=httpx.Timeout(None, connect=10.0)) as resp:
+                with self._http.stream(
+                    "GET", f"/v1/rollouts/{job_id}/results", params=params, timeout=httpx.Timeout(None, connect=10.0)
+                ) as resp:
                     if resp.status_code >= 400:
                         resp.read()
                         self._check(resp)
@@ -113,8 +136,11 @@ class RolloutClient:
                     raise
                 failures += 1
                 if failures > self.max_reconnects:
-                    raise UpstreamError(f"lost the results stream of {job_id} {failures} times: {exc}",
-                                        component="gateway", transient=True) from None
-                delay = min(5.0, 0.2 * 2 ** failures)
+                    raise UpstreamError(
+                        f"lost the results stream of {job_id} {failures} times: {exc}",
+                        component="gateway",
+                        transient=True,
+                    ) from None
+                delay = min(5.0, 0.2 * 2**failures)
                 log.warning("results stream of %s broke (%s); resuming from %s in %.1fs", job_id, exc, cursor, delay)
                 time.sleep(delay)

@@ -11,6 +11,7 @@ the rest to a gateway, and write every record as it arrives.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -65,9 +66,16 @@ def failures_path(out: Path) -> Path:
 
 
 def _failure(line: int, message: str, field: str, task_id: str | None = None) -> dict[str, Any]:
-    return FailureRecord(task_id=task_id, line=line, error=ErrorInfo(
-        kind=ErrorKind.bad_request, component="collect", message=message, field=field,
-    )).model_dump(mode="json", exclude_none=True)
+    return FailureRecord(
+        task_id=task_id,
+        line=line,
+        error=ErrorInfo(
+            kind=ErrorKind.bad_request,
+            component="collect",
+            message=message,
+            field=field,
+        ),
+    ).model_dump(mode="json", exclude_none=True)
 
 
 def read_tasks(path: Path, *, default_env: str | None, known_envs: list[str]) -> tuple[list[PlannedRow], list[dict]]:
@@ -91,8 +99,14 @@ def read_tasks(path: Path, *, default_env: str | None, known_envs: list[str]) ->
             except ValidationError as exc:
                 e = exc.errors()[0]
                 where = ".".join(str(x) for x in e.get("loc", ())) or "row"
-                bad.append(_failure(lineno, f"line {lineno}: {where}: {e.get('msg')}", where,
-                                    data.get("task_id") if isinstance(data.get("task_id"), str) else None))
+                bad.append(
+                    _failure(
+                        lineno,
+                        f"line {lineno}: {where}: {e.get('msg')}",
+                        where,
+                        data.get("task_id") if isinstance(data.get("task_id"), str) else None,
+                    )
+                )
                 continue
             task_id = task.task_id or stable_task_id(task.row())
             env = task.env or default_env
@@ -100,8 +114,15 @@ def read_tasks(path: Path, *, default_env: str | None, known_envs: list[str]) ->
                 bad.append(_failure(lineno, f"line {lineno}: the row names no environment; pass --env", "env", task_id))
                 continue
             if env not in known_envs:
-                bad.append(_failure(lineno, f"line {lineno}: unknown environment {env!r}; the gateway serves: "
-                                    f"{', '.join(sorted(known_envs))}", "env", task_id))
+                bad.append(
+                    _failure(
+                        lineno,
+                        f"line {lineno}: unknown environment {env!r}; the gateway serves: "
+                        f"{', '.join(sorted(known_envs))}",
+                        "env",
+                        task_id,
+                    )
+                )
                 continue
             rows.append(PlannedRow(line=lineno, task_id=task_id, env=env, row=data))
     return rows, bad
@@ -142,10 +163,18 @@ def _batches(rows: list[PlannedRow]) -> list[list[PlannedRow]]:
     return out
 
 
-def collect(client: RolloutClient, tasks: Path, out: Path, *, env: str | None = None, repeats: int = 1,
-            sampling: dict[str, Any] | None = None, policy_version: str | None = None,
-            on_total: Callable[[int], None] = lambda n: None,
-            on_record: Callable[[dict[str, Any], CollectStats], None] = lambda r, s: None) -> CollectStats:
+def collect(
+    client: RolloutClient,
+    tasks: Path,
+    out: Path,
+    *,
+    env: str | None = None,
+    repeats: int = 1,
+    sampling: dict[str, Any] | None = None,
+    policy_version: str | None = None,
+    on_total: Callable[[int], None] = lambda n: None,
+    on_record: Callable[[dict[str, Any], CollectStats], None] = lambda r, s: None,
+) -> CollectStats:
     stats = CollectStats()
     rows, bad = read_tasks(tasks, default_env=env, known_envs=client.envs())
     done = finished_counts(out)
@@ -169,18 +198,21 @@ def collect(client: RolloutClient, tasks: Path, out: Path, *, env: str | None = 
                 for batch in _batches(group):
                     # Rows travel unchanged (NeMo Gym rows stay NeMo Gym rows); the environment
                     # goes on the job, and the agent derives the same stable task id as above.
-                    job = client.submit([r.row for r in batch], env=env_name, repeats=missing,
-                                        sampling=sampling, policy_version=policy_version)
+                    job = client.submit(
+                        [r.row for r in batch],
+                        env=env_name,
+                        repeats=missing,
+                        sampling=sampling,
+                        policy_version=policy_version,
+                    )
                     jobs.append((job["job_id"], batch))
                     stats.job_ids.append(job["job_id"])
             for job_id, batch in jobs:
                 _drain(client, job_id, batch, out_f, fail_f, stats, on_record)
         except KeyboardInterrupt:
             for job_id, _ in jobs:
-                try:
+                with contextlib.suppress(Exception):  # best effort on the way out
                     client.cancel(job_id)
-                except Exception:  # noqa: BLE001 - best effort on the way out
-                    pass
             raise
     return stats
 
@@ -191,8 +223,15 @@ def _write(f: IO[bytes], record: dict[str, Any]) -> None:
     f.flush()
 
 
-def _drain(client: RolloutClient, job_id: str, batch: list[PlannedRow], out_f: IO[bytes], fail_f: IO[bytes],
-           stats: CollectStats, on_record) -> None:
+def _drain(
+    client: RolloutClient,
+    job_id: str,
+    batch: list[PlannedRow],
+    out_f: IO[bytes],
+    fail_f: IO[bytes],
+    stats: CollectStats,
+    on_record,
+) -> None:
     for line in client.results(job_id, wait=True):
         kind, record = line.get("type"), line.get("record")
         if kind == "trajectory":

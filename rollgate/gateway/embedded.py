@@ -68,8 +68,13 @@ def build_app(settings: Settings) -> FastAPI:
     service = build_service(settings, metrics=metrics)
     runtimes = load_runtimes(settings, metrics)
     queue = make_queue(settings)
-    agent = Agent(LocalModelClient(service), {n: LocalEnvClient(rt) for n, rt in runtimes.items()}, settings.agent,
-                  model_name=settings.model.served_name, metrics=metrics)
+    agent = Agent(
+        LocalModelClient(service),
+        {n: LocalEnvClient(rt) for n, rt in runtimes.items()},
+        settings.agent,
+        model_name=settings.model.served_name,
+        metrics=metrics,
+    )
     worker = Worker(queue, agent, concurrency=settings.agent.concurrency, metrics=metrics)
 
     async def startup() -> None:
@@ -83,10 +88,17 @@ def build_app(settings: Settings) -> FastAPI:
         await _maybe(getattr(service, "aclose", None) or getattr(service, "close", None))
 
     app = create_gateway_app(
-        settings, queue, known_envs=lambda: sorted(runtimes),
-        routers=[model_router(service), *env_routers(runtimes), run_router(agent)], ready=service.ready,
-        metrics=metrics, api_key=settings.api_key if settings.gateway.auth else None,
-        on_startup=[startup], on_shutdown=[shutdown], title="Rollgate (embedded)")
+        settings,
+        queue,
+        known_envs=lambda: sorted(runtimes),
+        routers=[model_router(service), *env_routers(runtimes), run_router(agent)],
+        ready=service.ready,
+        metrics=metrics,
+        api_key=settings.api_key if settings.gateway.auth else None,
+        on_startup=[startup],
+        on_shutdown=[shutdown],
+        title="Rollgate (embedded)",
+    )
     app.state.worker = worker
     app.state.runtimes = runtimes
     app.state.service = service

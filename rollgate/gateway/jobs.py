@@ -64,56 +64,96 @@ def _row_error(index: int, exc: ValidationError) -> BadRequest:
     return BadRequest(f"{field}: {e.get('msg')}", component=COMPONENT, field=field)
 
 
-def plan_job(req: RolloutRequest, *, known_envs: list[str], model_name: str,
-             max_task_bytes: int = 1_000_000) -> tuple[JobSpec, list[TaskEnvelope]]:
+def plan_job(
+    req: RolloutRequest, *, known_envs: list[str], model_name: str, max_task_bytes: int = 1_000_000
+) -> tuple[JobSpec, list[TaskEnvelope]]:
     """Validate every row (the first bad one is a 400 naming its index and field) and expand
     the job into tasks: rows x repeats, the repeats of a row sharing one group."""
     if not req.tasks:
         raise BadRequest("tasks: at least one task row is required", component=COMPONENT, field="tasks")
     agent = req.agent or "default"
     if agent not in AGENTS:
-        raise BadRequest(f"agent: unknown agent loop {agent!r}; known: {', '.join(AGENTS)}",
-                         component=COMPONENT, field="agent")
+        raise BadRequest(
+            f"agent: unknown agent loop {agent!r}; known: {', '.join(AGENTS)}", component=COMPONENT, field="agent"
+        )
     if req.env is not None and req.env not in known_envs:
-        raise BadRequest(f"env: unknown environment {req.env!r}; this gateway serves: "
-                         f"{', '.join(sorted(known_envs)) or 'none'}", component=COMPONENT, field="env")
+        raise BadRequest(
+            f"env: unknown environment {req.env!r}; this gateway serves: {', '.join(sorted(known_envs)) or 'none'}",
+            component=COMPONENT,
+            field="env",
+        )
     job_id = f"job_{uuid.uuid4().hex}"
     sampling = req.sampling.model_dump(exclude_none=True)
     tasks: list[TaskEnvelope] = []
     for i, raw in enumerate(req.tasks):
         if not isinstance(raw, dict):
-            raise BadRequest(f"tasks[{i}]: a task row must be a JSON object", component=COMPONENT,
-                             field=f"tasks[{i}]")
+            raise BadRequest(f"tasks[{i}]: a task row must be a JSON object", component=COMPONENT, field=f"tasks[{i}]")
         size = len(jsonutil.dumps(raw))
         if size > max_task_bytes:
-            raise BadRequest(f"tasks[{i}]: row is {size} bytes, over the limit of {max_task_bytes} "
-                             "(gateway.max_task_bytes)", component=COMPONENT, field=f"tasks[{i}]")
+            raise BadRequest(
+                f"tasks[{i}]: row is {size} bytes, over the limit of {max_task_bytes} (gateway.max_task_bytes)",
+                component=COMPONENT,
+                field=f"tasks[{i}]",
+            )
         try:
             row = TaskRow.model_validate(raw)
         except ValidationError as exc:
             raise _row_error(i, exc) from None
         env = row.env or req.env
         if env is None:
-            raise BadRequest(f"tasks[{i}].env: the row names no environment and the job sets no `env`",
-                             component=COMPONENT, field=f"tasks[{i}].env")
+            raise BadRequest(
+                f"tasks[{i}].env: the row names no environment and the job sets no `env`",
+                component=COMPONENT,
+                field=f"tasks[{i}].env",
+            )
         if env not in known_envs:
-            raise BadRequest(f"tasks[{i}].env: unknown environment {env!r}; this gateway serves: "
-                             f"{', '.join(sorted(known_envs)) or 'none'}", component=COMPONENT,
-                             field=f"tasks[{i}].env")
+            raise BadRequest(
+                f"tasks[{i}].env: unknown environment {env!r}; this gateway serves: "
+                f"{', '.join(sorted(known_envs)) or 'none'}",
+                component=COMPONENT,
+                field=f"tasks[{i}].env",
+            )
         task_id = row.task_id or stable_task_id(row.row())
         group_id = f"grp_{job_id[4:16]}_{i}"
         for s in range(req.repeats):
-            tasks.append(TaskEnvelope(job_id=job_id, key=f"{i}.{s}", index=i, sample_index=s, group_id=group_id,
-                                      task_id=task_id, row=raw, env=env, agent=agent, sampling=sampling,
-                                      policy_version=req.policy_version))
-    spec = JobSpec(job_id=job_id, created_at=time.time(), num_tasks=len(tasks), num_rows=len(req.tasks),
-                   repeats=req.repeats, env=req.env, agent=agent, policy_version=req.policy_version,
-                   sampling=sampling, model=model_name)
+            tasks.append(
+                TaskEnvelope(
+                    job_id=job_id,
+                    key=f"{i}.{s}",
+                    index=i,
+                    sample_index=s,
+                    group_id=group_id,
+                    task_id=task_id,
+                    row=raw,
+                    env=env,
+                    agent=agent,
+                    sampling=sampling,
+                    policy_version=req.policy_version,
+                )
+            )
+    spec = JobSpec(
+        job_id=job_id,
+        created_at=time.time(),
+        num_tasks=len(tasks),
+        num_rows=len(req.tasks),
+        repeats=req.repeats,
+        env=req.env,
+        agent=agent,
+        policy_version=req.policy_version,
+        sampling=sampling,
+        model=model_name,
+    )
     return spec, tasks
 
 
-def jobs_router(queue: JobQueue, *, known_envs: Callable[[], list[str]], model_name: str,
-                max_task_bytes: int, metrics: Metrics | None = None) -> APIRouter:
+def jobs_router(
+    queue: JobQueue,
+    *,
+    known_envs: Callable[[], list[str]],
+    model_name: str,
+    max_task_bytes: int,
+    metrics: Metrics | None = None,
+) -> APIRouter:
     r = APIRouter(prefix="/v1", tags=["rollouts"])
 
     @r.get("/envs", summary="Environments this gateway can run jobs on")
@@ -124,7 +164,7 @@ def jobs_router(queue: JobQueue, *, known_envs: Callable[[], list[str]], model_n
     async def submit(request: Request) -> SubmitResponse:
         body = await read_json(request, component=COMPONENT)
         if not isinstance(body, dict):
-            raise BadRequest("body must be a JSON object {\"tasks\": [...]}", component=COMPONENT, field="body")
+            raise BadRequest('body must be a JSON object {"tasks": [...]}', component=COMPONENT, field="body")
         try:
             req = RolloutRequest.model_validate(body)
         except ValidationError as exc:
@@ -136,8 +176,9 @@ def jobs_router(queue: JobQueue, *, known_envs: Callable[[], list[str]], model_n
         if metrics:
             metrics.jobs.labels("submitted").inc()
             metrics.queue_depth.set(await queue.queued())
-        return SubmitResponse(job_id=spec.job_id, num_tasks=spec.num_tasks, num_rows=spec.num_rows,
-                              repeats=spec.repeats)
+        return SubmitResponse(
+            job_id=spec.job_id, num_tasks=spec.num_tasks, num_rows=spec.num_rows, repeats=spec.repeats
+        )
 
     @r.get("/rollouts", summary="Recent jobs, newest first")
     async def list_jobs(limit: int = Query(100, ge=1, le=1000)) -> dict[str, list[JobProgress]]:
@@ -148,8 +189,9 @@ def jobs_router(queue: JobQueue, *, known_envs: Callable[[], list[str]], model_n
         return await queue.progress(job_id)
 
     @r.get("/rollouts/{job_id}/results", summary="Records as NDJSON, in completion order, resumable")
-    async def results(job_id: str, cursor: str | None = None, wait: bool = False,
-                      limit: int | None = Query(None, ge=1)):
+    async def results(
+        job_id: str, cursor: str | None = None, wait: bool = False, limit: int | None = Query(None, ge=1)
+    ):
         return await results_response(queue, job_id, cursor=cursor, wait=wait, limit=limit)
 
     @r.delete("/rollouts/{job_id}", response_model=JobProgress, summary="Cancel a job")

@@ -5,6 +5,7 @@ All state changes happen without an await in between, so one event loop needs no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections import deque
@@ -51,8 +52,14 @@ class _Lease:
 
 
 class MemoryJobQueue:
-    def __init__(self, *, max_queued_tasks: int = 100_000, visibility_timeout_s: float = 600.0,
-                 max_attempts: int = DEFAULT_MAX_ATTEMPTS, max_jobs: int = 1000):
+    def __init__(
+        self,
+        *,
+        max_queued_tasks: int = 100_000,
+        visibility_timeout_s: float = 600.0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_jobs: int = 1000,
+    ):
         self.max_queued_tasks = max_queued_tasks
         self.visibility_timeout_s = visibility_timeout_s
         self.max_attempts = max_attempts
@@ -74,8 +81,10 @@ class MemoryJobQueue:
         if self._outstanding + len(tasks) > self.max_queued_tasks:
             raise CapacityError(
                 f"the job queue holds {self._outstanding} tasks; {len(tasks)} more would exceed the limit of "
-                f"{self.max_queued_tasks} (gateway.max_queued_tasks); retry later", component="gateway",
-                retry_after_s=5.0)
+                f"{self.max_queued_tasks} (gateway.max_queued_tasks); retry later",
+                component="gateway",
+                retry_after_s=5.0,
+            )
         self._forget_old_jobs()
         self._jobs[spec.job_id] = _Job(spec=spec, tasks={t.key: t for t in tasks})
         self._ready.extend((spec.job_id, t.key) for t in tasks)
@@ -85,7 +94,7 @@ class MemoryJobQueue:
     def _forget_old_jobs(self) -> None:
         finished = [j for j in self._jobs.values() if j.state != "running"]
         excess = len(self._jobs) - self.max_jobs + 1
-        for job in sorted(finished, key=lambda j: j.spec.created_at)[:max(0, excess)]:
+        for job in sorted(finished, key=lambda j: j.spec.created_at)[: max(0, excess)]:
             del self._jobs[job.spec.job_id]
 
     def _reclaim_expired(self, now: float) -> None:
@@ -123,10 +132,8 @@ class MemoryJobQueue:
             wait = deadline - now
             if self._leases:
                 wait = min(wait, max(0.01, min(le.expires for le in self._leases.values()) - now))
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._work.wait(), timeout=wait)
-            except TimeoutError:
-                pass
 
     async def heartbeat(self, consumer: str, claims: list[Claim]) -> None:
         expires = time.monotonic() + self.visibility_timeout_s
@@ -184,8 +191,16 @@ class MemoryJobQueue:
         return {j for j in job_ids if (job := self._jobs.get(j)) is None or job.state == "cancelled"}
 
     def _progress(self, job: _Job) -> JobProgress:
-        return progress_from(job.spec, job.state, len(job.done), dict(job.counts), job.reward_sum, job.rewarded,
-                             job.reclaimed, job.finished_at)
+        return progress_from(
+            job.spec,
+            job.state,
+            len(job.done),
+            dict(job.counts),
+            job.reward_sum,
+            job.rewarded,
+            job.reclaimed,
+            job.finished_at,
+        )
 
     async def progress(self, job_id: str) -> JobProgress:
         return self._progress(self._job(job_id))
@@ -195,22 +210,19 @@ class MemoryJobQueue:
         return [self._progress(j) for j in jobs[:limit]]
 
     async def results(self, job_id: str, after: int, limit: int = 1000) -> list[bytes]:
-        return self._job(job_id).results[after:after + limit]
+        return self._job(job_id).results[after : after + limit]
 
-    async def wait_results(self, job_id: str, after: int, *, limit: int = 1000,
-                           timeout_s: float = 10.0) -> list[bytes]:
+    async def wait_results(self, job_id: str, after: int, *, limit: int = 1000, timeout_s: float = 10.0) -> list[bytes]:
         job = self._job(job_id)
         deadline = time.monotonic() + timeout_s
         while True:
-            out = job.results[after:after + limit]
+            out = job.results[after : after + limit]
             remaining = deadline - time.monotonic()
             if out or job.state != "running" or remaining <= 0:
                 return out
             job.changed.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(job.changed.wait(), timeout=remaining)
-            except TimeoutError:
-                pass
 
     async def queued(self) -> int:
         return self._outstanding

@@ -108,8 +108,9 @@ class JobQueue(Protocol):
     async def progress(self, job_id: str) -> JobProgress: ...
     async def list_jobs(self, limit: int = 100) -> list[JobProgress]: ...
     async def results(self, job_id: str, after: int, limit: int = 1000) -> list[bytes]: ...
-    async def wait_results(self, job_id: str, after: int, *, limit: int = 1000,
-                           timeout_s: float = 10.0) -> list[bytes]: ...
+    async def wait_results(
+        self, job_id: str, after: int, *, limit: int = 1000, timeout_s: float = 10.0
+    ) -> list[bytes]: ...
     async def queued(self) -> int: ...
     async def close(self) -> None: ...
 
@@ -137,28 +138,55 @@ def decode_record(stored: bytes) -> tuple[str, bytes]:
 
 def cancelled_record(task: TaskEnvelope, spec: JobSpec) -> dict[str, Any]:
     traj = Trajectory(
-        group_id=task.group_id, sample_index=task.sample_index, job_id=task.job_id,
+        group_id=task.group_id,
+        sample_index=task.sample_index,
+        job_id=task.job_id,
         task=TaskRef(env=task.env, task_id=task.task_id, seed=task.row.get("seed"), row=task.row),
         policy=PolicyRef(model=spec.model, policy_version=task.policy_version, sampling=task.sampling),
         outcome=Outcome.cancelled,
-        error=ErrorInfo(kind=ErrorKind.cancelled, message="the job was cancelled before this episode finished",
-                        component="gateway"))
+        error=ErrorInfo(
+            kind=ErrorKind.cancelled, message="the job was cancelled before this episode finished", component="gateway"
+        ),
+    )
     return traj.model_dump(mode="json")
 
 
 def abandoned_record(task: TaskEnvelope, attempts: int) -> dict[str, Any]:
     """A task every worker that claimed it died on: fail it rather than kill more workers."""
     return FailureRecord(
-        task_id=task.task_id, line=task.index, job_id=task.job_id,
-        error=ErrorInfo(kind=ErrorKind.internal, component="agent",
-                        message=f"task was claimed {attempts} times and no worker finished it "
-                                "(each worker died or stalled past the visibility timeout)"),
+        task_id=task.task_id,
+        line=task.index,
+        job_id=task.job_id,
+        error=ErrorInfo(
+            kind=ErrorKind.internal,
+            component="agent",
+            message=f"task was claimed {attempts} times and no worker finished it "
+            "(each worker died or stalled past the visibility timeout)",
+        ),
     ).model_dump(mode="json", exclude_none=True)
 
 
-def progress_from(spec: JobSpec, state: JobState, done: int, counts: dict[str, int], reward_sum: float,
-                  rewarded: int, reclaimed: int, finished_at: float | None) -> JobProgress:
-    return JobProgress(job_id=spec.job_id, state=state, total=spec.num_tasks, done=done, counts=counts,
-                       mean_reward=(reward_sum / rewarded) if rewarded else None, rewarded=rewarded,
-                       reclaimed=reclaimed, created_at=spec.created_at, finished_at=finished_at,
-                       env=spec.env, policy_version=spec.policy_version)
+def progress_from(
+    spec: JobSpec,
+    state: JobState,
+    done: int,
+    counts: dict[str, int],
+    reward_sum: float,
+    rewarded: int,
+    reclaimed: int,
+    finished_at: float | None,
+) -> JobProgress:
+    return JobProgress(
+        job_id=spec.job_id,
+        state=state,
+        total=spec.num_tasks,
+        done=done,
+        counts=counts,
+        mean_reward=(reward_sum / rewarded) if rewarded else None,
+        rewarded=rewarded,
+        reclaimed=reclaimed,
+        created_at=spec.created_at,
+        finished_at=finished_at,
+        env=spec.env,
+        policy_version=spec.policy_version,
+    )

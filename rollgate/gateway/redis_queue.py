@@ -99,18 +99,26 @@ return n
 
 
 class RedisJobQueue:
-    def __init__(self, url: str, *, prefix: str = "rollgate:q", max_queued_tasks: int = 100_000,
-                 visibility_timeout_s: float = 600.0, result_ttl_s: float = 7 * 24 * 3600.0,
-                 max_attempts: int = DEFAULT_MAX_ATTEMPTS, max_connections: int = 64,
-                 pool_wait_s: float = 30.0, client: Any = None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "rollgate:q",
+        max_queued_tasks: int = 100_000,
+        visibility_timeout_s: float = 600.0,
+        result_ttl_s: float = 7 * 24 * 3600.0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_connections: int = 64,
+        pool_wait_s: float = 30.0,
+        client: Any = None,
+    ):
         self.prefix = prefix
         self.max_queued_tasks = max_queued_tasks
         self.visibility_timeout_s = visibility_timeout_s
         self.result_ttl_s = result_ttl_s
         self.max_attempts = max_attempts
         # socket_timeout must outlast the longest XREADGROUP BLOCK we issue (block_s <= 5).
-        self._r = client or bounded_client(url, max_connections=max_connections, wait_s=pool_wait_s,
-                                           socket_timeout=15)
+        self._r = client or bounded_client(url, max_connections=max_connections, wait_s=pool_wait_s, socket_timeout=15)
         self._submit = self._r.register_script(_SUBMIT)
         self._complete = self._r.register_script(_COMPLETE)
         self._touch = self._r.register_script(_TOUCH)
@@ -155,19 +163,37 @@ class RedisJobQueue:
     # producer side ----------------------------------------------------------------------
     async def submit(self, spec: JobSpec, tasks: list[TaskEnvelope]) -> None:
         await self._ensure_group()
-        args: list[Any] = [self.max_queued_tasks, len(tasks), spec.job_id, spec.model_dump_json(),
-                           spec.created_at, int(self.result_ttl_s)]
+        args: list[Any] = [
+            self.max_queued_tasks,
+            len(tasks),
+            spec.job_id,
+            spec.model_dump_json(),
+            spec.created_at,
+            int(self.result_ttl_s),
+        ]
         for t in tasks:
             args += [t.key, t.model_dump_json()]
         j = spec.job_id
-        ok, queued = await self._call(self._submit(
-            keys=[f"{self.prefix}:queued", self._stream, self._jk(j, "tasks"), self._jk(j, "spec"),
-                  f"{self.prefix}:jobs", self._jk(j, "stats")], args=args))
+        ok, queued = await self._call(
+            self._submit(
+                keys=[
+                    f"{self.prefix}:queued",
+                    self._stream,
+                    self._jk(j, "tasks"),
+                    self._jk(j, "spec"),
+                    f"{self.prefix}:jobs",
+                    self._jk(j, "stats"),
+                ],
+                args=args,
+            )
+        )
         if not ok:
             raise CapacityError(
                 f"the job queue holds {queued} tasks; {len(tasks)} more would exceed the limit of "
-                f"{self.max_queued_tasks} (gateway.max_queued_tasks); retry later", component="gateway",
-                retry_after_s=5.0)
+                f"{self.max_queued_tasks} (gateway.max_queued_tasks); retry later",
+                component="gateway",
+                retry_after_s=5.0,
+            )
 
     # consumer side ----------------------------------------------------------------------
     async def claim(self, consumer: str, count: int, *, block_s: float = 1.0) -> list[Claim]:
@@ -187,14 +213,21 @@ class RedisJobQueue:
     async def _claim(self, consumer: str, count: int, block_s: float) -> list[Claim]:
         entries: list[tuple[bytes, dict]] = []
         # Take over tasks whose worker stopped heart-beating before reading new ones.
-        res = await self._call(self._r.xautoclaim(self._stream, GROUP, consumer,
-                                                  int(self.visibility_timeout_s * 1000), "0-0", count=count))
+        res = await self._call(
+            self._r.xautoclaim(self._stream, GROUP, consumer, int(self.visibility_timeout_s * 1000), "0-0", count=count)
+        )
         reclaimed = [(eid, fields) for eid, fields in res[1] if fields]
         entries += reclaimed
         if len(entries) < count:
-            got = await self._call(self._r.xreadgroup(GROUP, consumer, {self._stream: ">"},
-                                                      count=count - len(entries),
-                                                      block=max(1, int(min(block_s, 5.0) * 1000))))
+            got = await self._call(
+                self._r.xreadgroup(
+                    GROUP,
+                    consumer,
+                    {self._stream: ">"},
+                    count=count - len(entries),
+                    block=max(1, int(min(block_s, 5.0) * 1000)),
+                )
+            )
             for _, items in got or []:
                 entries += [(eid, f) for eid, f in items if f]
         reclaimed_ids = {eid for eid, _ in reclaimed}
@@ -215,7 +248,7 @@ class RedisJobQueue:
             replies = await self._call(pipe.execute())
         out: list[Claim] = []
         i = 0
-        for eid, f in entries:
+        for eid, _f in entries:
             raw, done, attempt = replies[i], replies[i + 1], int(replies[i + 2])
             i += 5 if eid in reclaimed_ids else 4
             delivery = eid.decode()
@@ -226,8 +259,13 @@ class RedisJobQueue:
             task = TaskEnvelope.model_validate_json(raw)
             claim = Claim(task=task, delivery_id=delivery, attempt=attempt)
             if eid in reclaimed_ids:
-                log.warning("reclaimed task %s of job %s (attempt %d)", task.key, task.job_id, attempt,
-                            extra={"job_id": task.job_id})
+                log.warning(
+                    "reclaimed task %s of job %s (attempt %d)",
+                    task.key,
+                    task.job_id,
+                    attempt,
+                    extra={"job_id": task.job_id},
+                )
             if attempt > self.max_attempts:
                 await self.complete(claim, abandoned_record(task, attempt - 1))
                 continue
@@ -242,24 +280,39 @@ class RedisJobQueue:
 
     async def heartbeat(self, consumer: str, claims: list[Claim]) -> None:
         if claims:
-            await self._call(self._touch(keys=[self._stream],
-                                         args=[consumer, 0, *[c.delivery_id for c in claims]]))
+            await self._call(self._touch(keys=[self._stream], args=[consumer, 0, *[c.delivery_id for c in claims]]))
 
     async def release(self, consumer: str, claims: list[Claim]) -> None:
         # Mark our entries idle for longer than the visibility timeout: the next XAUTOCLAIM of
         # any worker takes them at once.
         if claims:
             idle_ms = int(self.visibility_timeout_s * 1000) + 1000
-            await self._call(self._touch(keys=[self._stream],
-                                         args=[consumer, idle_ms, *[c.delivery_id for c in claims]]))
+            await self._call(
+                self._touch(keys=[self._stream], args=[consumer, idle_ms, *[c.delivery_id for c in claims]])
+            )
 
     async def _store(self, job_id: str, key: str, record: dict[str, Any], delivery_id: str = "") -> bool:
         stored, label, reward = encode_record(record)
-        pos = await self._call(self._complete(
-            keys=[self._jk(job_id, "done"), self._jk(job_id, "results"), self._jk(job_id, "stats"),
-                  self._stream, f"{self.prefix}:queued"],
-            args=[key, stored, delivery_id, label, "" if reward is None else repr(reward),
-                  int(self.result_ttl_s), repr(time.time())]))
+        pos = await self._call(
+            self._complete(
+                keys=[
+                    self._jk(job_id, "done"),
+                    self._jk(job_id, "results"),
+                    self._jk(job_id, "stats"),
+                    self._stream,
+                    f"{self.prefix}:queued",
+                ],
+                args=[
+                    key,
+                    stored,
+                    delivery_id,
+                    label,
+                    "" if reward is None else repr(reward),
+                    int(self.result_ttl_s),
+                    repr(time.time()),
+                ],
+            )
+        )
         return bool(pos)
 
     async def complete(self, claim: Claim, record: dict[str, Any]) -> bool:
@@ -270,19 +323,28 @@ class RedisJobQueue:
         spec = await self._spec(job_id)
         stats = self._jk(job_id, "stats")
         # Only a running job turns cancelled; a finished one keeps its state.
-        await self._call(self._r.eval(
-            "if redis.call('HGET', KEYS[1], 'state') == 'running' then "
-            "redis.call('HSET', KEYS[1], 'state', 'cancelled', 'finished_at', ARGV[1]) end return 1",
-            1, stats, repr(time.time())))
+        await self._call(
+            self._r.eval(
+                "if redis.call('HGET', KEYS[1], 'state') == 'running' then "
+                "redis.call('HSET', KEYS[1], 'state', 'cancelled', 'finished_at', ARGV[1]) end return 1",
+                1,
+                stats,
+                repr(time.time()),
+            )
+        )
         keys = await self._call(self._r.hkeys(self._jk(job_id, "tasks")))
         done = set(await self._call(self._r.hkeys(self._jk(job_id, "done"))))
         missing = [k for k in keys if k not in done]
         for start in range(0, len(missing), 500):
-            chunk = missing[start:start + 500]
+            chunk = missing[start : start + 500]
             raws = await self._call(self._r.hmget(self._jk(job_id, "tasks"), chunk))
-            await asyncio.gather(*[
-                self._store(job_id, k.decode(), cancelled_record(TaskEnvelope.model_validate_json(raw), spec))
-                for k, raw in zip(chunk, raws) if raw is not None])
+            await asyncio.gather(
+                *[
+                    self._store(job_id, k.decode(), cancelled_record(TaskEnvelope.model_validate_json(raw), spec))
+                    for k, raw in zip(chunk, raws, strict=True)
+                    if raw is not None
+                ]
+            )
         return await self.progress(job_id)
 
     async def cancelled(self, job_ids: list[str]) -> set[str]:
@@ -292,7 +354,7 @@ class RedisJobQueue:
             for j in job_ids:
                 pipe.hget(self._jk(j, "stats"), "state")
             states = await self._call(pipe.execute())
-        return {j for j, s in zip(job_ids, states) if s is None or s == b"cancelled"}
+        return {j for j, s in zip(job_ids, states, strict=True) if s is None or s == b"cancelled"}
 
     async def progress(self, job_id: str) -> JobProgress:
         spec = await self._spec(job_id)
@@ -305,9 +367,16 @@ class RedisJobQueue:
     def _progress(spec: JobSpec, raw: dict[bytes, bytes]) -> JobProgress:
         s = {k.decode(): v.decode() for k, v in raw.items()}
         counts = {k[2:]: int(v) for k, v in s.items() if k.startswith("o:")}
-        return progress_from(spec, s.get("state", "running"), int(s.get("done", 0)), counts,  # type: ignore[arg-type]
-                             float(s.get("rsum", 0.0)), int(s.get("rn", 0)), int(s.get("reclaimed", 0)),
-                             float(s["finished_at"]) if "finished_at" in s else None)
+        return progress_from(
+            spec,
+            s.get("state", "running"),
+            int(s.get("done", 0)),
+            counts,  # type: ignore[arg-type]
+            float(s.get("rsum", 0.0)),
+            int(s.get("rn", 0)),
+            int(s.get("reclaimed", 0)),
+            float(s["finished_at"]) if "finished_at" in s else None,
+        )
 
     async def list_jobs(self, limit: int = 100) -> list[JobProgress]:
         ids = [j.decode() for j in await self._call(self._r.zrevrange(f"{self.prefix}:jobs", 0, limit - 1))]
@@ -322,8 +391,7 @@ class RedisJobQueue:
     async def results(self, job_id: str, after: int, limit: int = 1000) -> list[bytes]:
         return await self._call(self._r.lrange(self._jk(job_id, "results"), after, after + limit - 1))
 
-    async def wait_results(self, job_id: str, after: int, *, limit: int = 1000,
-                           timeout_s: float = 10.0) -> list[bytes]:
+    async def wait_results(self, job_id: str, after: int, *, limit: int = 1000, timeout_s: float = 10.0) -> list[bytes]:
         # Polling with a short back-off: cheap at trainer scale (a few readers per job), and
         # no pub/sub connection to keep per reader.
         deadline = time.monotonic() + timeout_s

@@ -38,12 +38,21 @@ class ReplicaSet:
 class ReplicatedEnvClient:
     """An EnvClient over every replica of one environment."""
 
-    def __init__(self, name: str, urls: list[str], *, timeout_s: float = 30.0, api_key: str | None = None,
-                 retry: RetryPolicy | None = None):
+    def __init__(
+        self,
+        name: str,
+        urls: list[str],
+        *,
+        timeout_s: float = 30.0,
+        api_key: str | None = None,
+        retry: RetryPolicy | None = None,
+    ):
         self.name = name
         self.replicas = ReplicaSet(urls)
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
-        self._clients = {u: HttpEnvClient(name, u, timeout_s=timeout_s, headers=headers, retry=retry) for u in self.replicas.urls}
+        self._clients = {
+            u: HttpEnvClient(name, u, timeout_s=timeout_s, headers=headers, retry=retry) for u in self.replicas.urls
+        }
 
     async def _each(self, call: Callable[[HttpEnvClient], Awaitable[T]]) -> T:
         last: UpstreamError | None = None

@@ -42,24 +42,45 @@ def make_queue(settings: Settings) -> JobQueue:
     if settings.redis_url:
         from rollgate.gateway.redis_queue import RedisJobQueue
 
-        return RedisJobQueue(settings.redis_url, prefix=g.queue_prefix, max_queued_tasks=g.max_queued_tasks,
-                             visibility_timeout_s=g.visibility_timeout_s, result_ttl_s=g.result_ttl_s)
+        return RedisJobQueue(
+            settings.redis_url,
+            prefix=g.queue_prefix,
+            max_queued_tasks=g.max_queued_tasks,
+            visibility_timeout_s=g.visibility_timeout_s,
+            result_ttl_s=g.result_ttl_s,
+        )
     from rollgate.gateway.memory_queue import MemoryJobQueue
 
     return MemoryJobQueue(max_queued_tasks=g.max_queued_tasks, visibility_timeout_s=g.visibility_timeout_s)
 
 
-def create_gateway_app(settings: Settings, queue: JobQueue, *, known_envs: Callable[[], list[str]],
-                       routers: list[APIRouter], metrics: Metrics, api_key: str | None,
-                       on_startup: list[Hook] = (), on_shutdown: list[Hook] = (),
-                       title: str = "Rollgate gateway", ready: Callable[[], bool] | None = None) -> FastAPI:
+def create_gateway_app(
+    settings: Settings,
+    queue: JobQueue,
+    *,
+    known_envs: Callable[[], list[str]],
+    routers: list[APIRouter],
+    metrics: Metrics,
+    api_key: str | None,
+    on_startup: list[Hook] = (),
+    on_shutdown: list[Hook] = (),
+    title: str = "Rollgate gateway",
+    ready: Callable[[], bool] | None = None,
+) -> FastAPI:
     app = make_app(title, component="gateway", registry=metrics.registry, ready=ready)
     app.state.queue = queue
     app.state.metrics = metrics
     if api_key:
         require_bearer(app, api_key, component="gateway")
-    app.include_router(jobs_router(queue, known_envs=known_envs, model_name=settings.model.served_name,
-                                   max_task_bytes=settings.gateway.max_task_bytes, metrics=metrics))
+    app.include_router(
+        jobs_router(
+            queue,
+            known_envs=known_envs,
+            model_name=settings.model.served_name,
+            max_task_bytes=settings.gateway.max_task_bytes,
+            metrics=metrics,
+        )
+    )
     for router in routers:
         app.include_router(router)
     if settings.gateway.ui:
@@ -100,8 +121,10 @@ def create_gateway_app(settings: Settings, queue: JobQueue, *, known_envs: Calla
 
 def build_app(settings: Settings) -> FastAPI:
     if not settings.redis_url:
-        raise SystemExit("rollgate serve --role gateway needs --redis-url (the job queue the agent workers read); "
-                         "for a single process use --role all")
+        raise SystemExit(
+            "rollgate serve --role gateway needs --redis-url (the job queue the agent workers read); "
+            "for a single process use --role all"
+        )
     api_key = auth_key(settings, "gateway")
     metrics = Metrics()
     queue = make_queue(settings)
@@ -110,6 +133,12 @@ def build_app(settings: Settings) -> FastAPI:
     model = ReplicaSet([settings.model_url]) if settings.model_url else None
     if model is None:
         log.warning("no model_url set: /v1/responses and /v1/models answer 404")
-    return create_gateway_app(settings, queue, known_envs=lambda: sorted(envs),
-                              routers=[proxy_router(forwarder, model=model, envs=envs)], metrics=metrics,
-                              api_key=api_key, on_shutdown=[forwarder.aclose])
+    return create_gateway_app(
+        settings,
+        queue,
+        known_envs=lambda: sorted(envs),
+        routers=[proxy_router(forwarder, model=model, envs=envs)],
+        metrics=metrics,
+        api_key=api_key,
+        on_shutdown=[forwarder.aclose],
+    )

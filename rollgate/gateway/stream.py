@@ -34,11 +34,15 @@ def parse_cursor(job_id: str, cursor: str | None) -> int:
         return 0
     owner, _, pos = cursor.rpartition(":")
     if not owner or not pos.isdigit():
-        raise BadRequest(f"cursor: malformed cursor {cursor[:80]!r}; pass the `cursor` of the last line you "
-                         "processed", component="gateway", field="cursor")
+        raise BadRequest(
+            f"cursor: malformed cursor {cursor[:80]!r}; pass the `cursor` of the last line you processed",
+            component="gateway",
+            field="cursor",
+        )
     if owner != job_id:
-        raise BadRequest(f"cursor: this cursor belongs to job {owner[:64]!r}, not {job_id!r}",
-                         component="gateway", field="cursor")
+        raise BadRequest(
+            f"cursor: this cursor belongs to job {owner[:64]!r}, not {job_id!r}", component="gateway", field="cursor"
+        )
     return int(pos)
 
 
@@ -47,18 +51,22 @@ def _line(job_id: str, position: int, kind: str, record: bytes | None = None, ex
     if record is not None:
         head += b',"record":' + record
     for key, value in (extra or {}).items():
-        head += b',' + jsonutil.dumps(key) + b':' + jsonutil.dumps(value)
+        head += b"," + jsonutil.dumps(key) + b":" + jsonutil.dumps(value)
     return head + b"}\n"
 
 
-async def results_response(queue: JobQueue, job_id: str, *, cursor: str | None, wait: bool,
-                           limit: int | None) -> StreamingResponse:
+async def results_response(
+    queue: JobQueue, job_id: str, *, cursor: str | None, wait: bool, limit: int | None
+) -> StreamingResponse:
     # Everything that can fail with a 4xx is checked before the first byte is sent.
     first = await queue.progress(job_id)
     position = parse_cursor(job_id, cursor)
     if position > first.done:
-        raise BadRequest(f"cursor: position {position} is past the {first.done} records of job {job_id}",
-                         component="gateway", field="cursor")
+        raise BadRequest(
+            f"cursor: position {position} is past the {first.done} records of job {job_id}",
+            component="gateway",
+            field="cursor",
+        )
 
     async def lines() -> AsyncIterator[bytes]:
         pos = position

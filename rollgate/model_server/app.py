@@ -29,8 +29,11 @@ class EventStreamResponse(StreamingResponse):
 
     def __init__(self, events: AsyncIterator[dict[str, Any]]):
         self.events = events
-        super().__init__(self._encode(), media_type="text/event-stream",
-                         headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+        super().__init__(
+            self._encode(),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
 
     async def _encode(self) -> AsyncIterator[bytes]:
         async for event in self.events:
@@ -45,14 +48,19 @@ class EventStreamResponse(StreamingResponse):
 
 
 def create_model_app(service: ModelService, metrics: Metrics | None = None) -> FastAPI:
-    app = make_app("Rollgate model server", component="model",
-                   registry=metrics.registry if metrics is not None else None, ready=service.ready)
+    app = make_app(
+        "Rollgate model server",
+        component="model",
+        registry=metrics.registry if metrics is not None else None,
+        ready=service.ready,
+    )
     app.state.service = service
 
     async def create(params: dict[str, str], raw: bytes, headers: list[tuple[bytes, bytes]]) -> Response:
         body = parse_json(raw, component="model")
-        training = next((v.decode("latin-1").lower() in TRUE for k, v in headers if k == _TRAINING_HEADER_RAW),
-                        False) or None
+        training = (
+            next((v.decode("latin-1").lower() in TRUE for k, v in headers if k == _TRAINING_HEADER_RAW), False) or None
+        )
         stream = isinstance(body, dict) and body.get("stream") is True
         if not stream:
             # Returning a Response skips FastAPI's jsonable_encoder walk over the reply.

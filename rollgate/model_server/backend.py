@@ -46,8 +46,9 @@ class Backend(Protocol):
 class StreamingBackend(Backend, Protocol):
     """A token backend that also streams (local, scripted); the others are streamed whole."""
 
-    def generate_stream(self, prompt_ids: list[int] | None, params: SamplingParams,
-                        ctx: CallContext) -> AsyncIterator[str | Generation]:
+    def generate_stream(
+        self, prompt_ids: list[int] | None, params: SamplingParams, ctx: CallContext
+    ) -> AsyncIterator[str | Generation]:
         """Text deltas as they are generated, then the Generation, last. Closing the iterator
         early cancels the generation."""
         ...

@@ -74,8 +74,12 @@ def build_chat(request: ResponsesRequest, items: list[InputItem], raw_items: lis
             turn["reasoning_content"] = (turn.get("reasoning_content") or "") + item.text()
         elif isinstance(item, FunctionCallItem):
             turn.setdefault("tool_calls", []).append(
-                {"type": "function", "id": item.call_id,
-                 "function": {"name": item.name, "arguments": _arguments(item.arguments)}})
+                {
+                    "type": "function",
+                    "id": item.call_id,
+                    "function": {"name": item.name, "arguments": _arguments(item.arguments)},
+                }
+            )
         elif isinstance(item, MessageItem):
             turn["content"] += item.text()
         if "generation_token_ids" in raw and "prompt_token_ids" in raw:
@@ -97,11 +101,13 @@ class PromptBuilder:
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], generation_prompt: bool) -> str:
         try:
-            return self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
-                                                      add_generation_prompt=generation_prompt)
+            return self.tokenizer.apply_chat_template(
+                messages, tools=tools or None, tokenize=False, add_generation_prompt=generation_prompt
+            )
         except Exception as exc:  # a template error is the request's fault (e.g. a role it rejects)
-            raise BadRequest(f"the chat template cannot render this input: {exc}", component=COMPONENT,
-                             field="input") from None
+            raise BadRequest(
+                f"the chat template cannot render this input: {exc}", component=COMPONENT, field="input"
+            ) from None
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -116,13 +122,20 @@ class PromptBuilder:
             return self.encode(full), False
         bad = [t for t in chat.anchor_ids if t >= self.vocab_size]
         if bad:
-            raise BadRequest(f"token id {bad[0]} is outside the model's vocabulary of {self.vocab_size}",
-                             component=COMPONENT, field="input.generation_token_ids")
+            raise BadRequest(
+                f"token id {bad[0]} is outside the model's vocabulary of {self.vocab_size}",
+                component=COMPONENT,
+                field="input.generation_token_ids",
+            )
         prefix = self.render(chat.messages[: chat.anchor_message + 1], chat.tools, False)
         cut = prefix.rfind(self.eos_text)
         if cut < 0:
-            raise BadRequest("the chat template does not end an assistant turn with the end-of-turn token; "
-                             "token-in/token-out needs it", component=COMPONENT, field="input")
+            raise BadRequest(
+                "the chat template does not end an assistant turn with the end-of-turn token; "
+                "token-in/token-out needs it",
+                component=COMPONENT,
+                field="input",
+            )
         cut += len(self.eos_text)
         if full[:cut] != prefix[:cut]:
             self.drift += 1

@@ -44,8 +44,9 @@ class LocalModelClient:
 class HttpModelClient:
     """The distributed shape: POST {base_url}/v1/responses."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 120.0, api_key: str | None = None,
-                 retry: RetryPolicy | None = None):
+    def __init__(
+        self, base_url: str, *, timeout_s: float = 120.0, api_key: str | None = None, retry: RetryPolicy | None = None
+    ):
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
         self.http = HttpClient(base_url, component="model", timeout_s=timeout_s, headers=headers, retry=retry)
 

@@ -15,6 +15,7 @@ Log-probs are those of each sampled token under the temperature-scaled distribut
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -51,8 +52,16 @@ class _Row:
 
 
 class Engine:
-    def __init__(self, model, *, eos_ids: set[int], pad_id: int, max_batch_size: int = 64,
-                 batch_window_ms: float = 5.0, observe_batch: Callable[[int], None] | None = None):
+    def __init__(
+        self,
+        model,
+        *,
+        eos_ids: set[int],
+        pad_id: int,
+        max_batch_size: int = 64,
+        batch_window_ms: float = 5.0,
+        observe_batch: Callable[[int], None] | None = None,
+    ):
         self.model = model
         self.device = next(model.parameters()).device
         self.eos_ids = eos_ids
@@ -144,8 +153,8 @@ class Engine:
         ids = torch.full((len(new), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(new), width), dtype=torch.long)
         for i, r in enumerate(new):
-            ids[i, width - len(r.prompt):] = torch.tensor(r.prompt, dtype=torch.long)
-            mask[i, width - len(r.prompt):] = 1
+            ids[i, width - len(r.prompt) :] = torch.tensor(r.prompt, dtype=torch.long)
+            mask[i, width - len(r.prompt) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
@@ -170,9 +179,10 @@ class Engine:
                 return torch.nn.functional.pad(t, (n, 0), value=0)
             return torch.nn.functional.pad(t, (0, 0, n, 0), value=0.0)
 
-        self._cache = [(torch.cat([pad(k0, width - a), pad(k1, width - b)]),
-                        torch.cat([pad(v0, width - a), pad(v1, width - b)]))
-                       for (k0, v0), (k1, v1) in zip(self._cache, cache)]
+        self._cache = [
+            (torch.cat([pad(k0, width - a), pad(k1, width - b)]), torch.cat([pad(v0, width - a), pad(v1, width - b)]))
+            for (k0, v0), (k1, v1) in zip(self._cache, cache, strict=True)
+        ]
         self._mask = torch.cat([pad(self._mask, width - a), pad(mask, width - b)])
         self._rows = self._rows + list(new)
 
@@ -187,7 +197,7 @@ class Engine:
             self.observe_batch(n)
         last = torch.tensor([[r.out[-1]] for r in self._rows], dtype=torch.long, device=self.device)
         mask = torch.cat([self._mask, torch.ones((n, 1), dtype=torch.long, device=self.device)], dim=1)
-        pos = (mask.sum(-1, keepdim=True) - 1)
+        pos = mask.sum(-1, keepdim=True) - 1
         cache = DynamicCache(ddp_cache_data=self._cache)
         out = self.model(input_ids=last, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
         self._cache = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
@@ -225,17 +235,18 @@ class Engine:
         mask = self._mask.index_select(0, idx)
         first = int(mask.any(0).nonzero()[0])  # columns before this are padding for every row left
         self._mask = mask[:, first:]
-        self._cache = [(k.index_select(0, idx)[:, :, first:], v.index_select(0, idx)[:, :, first:])
-                       for k, v in self._cache]
+        self._cache = [
+            (k.index_select(0, idx)[:, :, first:], v.index_select(0, idx)[:, :, first:]) for k, v in self._cache
+        ]
         self._rows = [self._rows[i] for i in keep]
 
     @staticmethod
     def _push(row: _Row, value: Any) -> None:
         assert row.tokens is not None
-        try:  # callbacks run in submission order, so the caller sees tokens before the result
+        # Callbacks run in submission order, so the caller sees tokens before the result;
+        # a RuntimeError means the caller's loop is closed.
+        with contextlib.suppress(RuntimeError):
             row.loop.call_soon_threadsafe(row.tokens.put_nowait, value)
-        except RuntimeError:  # the caller's loop is closed
-            pass
 
     @classmethod
     def _resolve(cls, row: _Row, value: Any) -> None:
@@ -252,10 +263,8 @@ class Engine:
             else:
                 row.future.set_result(value)
 
-        try:
+        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
             row.loop.call_soon_threadsafe(deliver)
-        except RuntimeError:  # the caller's loop is closed: nobody waits for this result
-            pass
 
 
 def _sample_one(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator | None) -> tuple[int, float]:

@@ -35,8 +35,17 @@ def pick_device(device: str = "auto") -> str:
 class LocalBackend:
     name = "local"
 
-    def __init__(self, model, tokenizer, *, weight_version: str | None = None, max_batch_size: int = 64,
-                 batch_window_ms: float = 5.0, max_queue: int = 4096, metrics: Metrics | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        weight_version: str | None = None,
+        max_batch_size: int = 64,
+        batch_window_ms: float = 5.0,
+        max_queue: int = 4096,
+        metrics: Metrics | None = None,
+    ):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_context: int | None = getattr(model.config, "max_position_embeddings", None)
@@ -46,8 +55,14 @@ class LocalBackend:
         eos |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         observe = metrics.model_batch_size.observe if metrics is not None else None
-        self.engine = Engine(self.model, eos_ids=eos, pad_id=pad, max_batch_size=max_batch_size,
-                             batch_window_ms=batch_window_ms, observe_batch=observe)
+        self.engine = Engine(
+            self.model,
+            eos_ids=eos,
+            pad_id=pad,
+            max_batch_size=max_batch_size,
+            batch_window_ms=batch_window_ms,
+            observe_batch=observe,
+        )
         self.engine.weight_version = weight_version
 
     @classmethod
@@ -56,8 +71,9 @@ class LocalBackend:
         return cls(model, tokenizer, weight_version=weight_version, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, path: str, *, device: str = "auto", weight_version: str | None = None,
-                        **kwargs: Any) -> LocalBackend:
+    def from_pretrained(
+        cls, path: str, *, device: str = "auto", weight_version: str | None = None, **kwargs: Any
+    ) -> LocalBackend:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -80,8 +96,11 @@ class LocalBackend:
 
     def check_capacity(self) -> None:
         if self.engine.pending() >= self.max_queue:
-            raise CapacityError(f"the local model has {self.max_queue} requests waiting; retry later",
-                                component="model", retry_after_s=1.0)
+            raise CapacityError(
+                f"the local model has {self.max_queue} requests waiting; retry later",
+                component="model",
+                retry_after_s=1.0,
+            )
 
     async def generate(self, prompt_ids: list[int] | None, params: SamplingParams, ctx: CallContext) -> Generation:
         assert prompt_ids is not None, "the local backend needs prompt token ids"
@@ -94,8 +113,9 @@ class LocalBackend:
             raise
         return self._generation(prompt_ids, res)
 
-    async def generate_stream(self, prompt_ids: list[int] | None, params: SamplingParams,
-                              ctx: CallContext) -> AsyncIterator[str | Generation]:
+    async def generate_stream(
+        self, prompt_ids: list[int] | None, params: SamplingParams, ctx: CallContext
+    ) -> AsyncIterator[str | Generation]:
         """Text deltas as the tokens are decoded, then the Generation. Closing the iterator early
         (the client went away) drops the request from the batch."""
         assert prompt_ids is not None, "the local backend needs prompt token ids"
@@ -121,8 +141,14 @@ class LocalBackend:
     def _generation(self, prompt_ids: list[int], res: EngineResult) -> Generation:
         text_ids = res.token_ids[:-1] if res.finish_reason == "stop" else res.token_ids
         text = self.tokenizer.decode(text_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        return Generation(text=text, finish_reason=res.finish_reason, prompt_ids=list(prompt_ids),
-                          token_ids=res.token_ids, log_probs=res.log_probs, weight_version=res.weight_version)
+        return Generation(
+            text=text,
+            finish_reason=res.finish_reason,
+            prompt_ids=list(prompt_ids),
+            token_ids=res.token_ids,
+            log_probs=res.log_probs,
+            weight_version=res.weight_version,
+        )
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.engine.close)

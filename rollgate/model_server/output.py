@@ -52,8 +52,15 @@ def parse_text(text: str) -> list[dict[str, Any]]:
     reasoning = "".join(m.group(1) for m in THINK.finditer(text))
     rest = THINK.sub("", text)
     if reasoning.strip():
-        items.append({"type": "reasoning", "id": new_id("rs"), "status": "completed",
-                      "summary": [], "content": [{"type": "reasoning_text", "text": reasoning.strip()}]})
+        items.append(
+            {
+                "type": "reasoning",
+                "id": new_id("rs"),
+                "status": "completed",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": reasoning.strip()}],
+            }
+        )
     starts = [i for i in (text.find(t) for t in TAGS) if i >= 0]
     message_first = bool(text[: min(starts, default=len(text))].strip())
     calls: list[dict[str, Any]] = []
@@ -67,8 +74,13 @@ def parse_text(text: str) -> list[dict[str, Any]]:
 
     rest = TOOL_CALL.sub(take, rest).strip()
     if rest or not calls:
-        message = {"type": "message", "id": new_id("msg"), "role": "assistant", "status": "completed",
-                   "content": [{"type": "output_text", "text": rest, "annotations": [], "logprobs": []}]}
+        message = {
+            "type": "message",
+            "id": new_id("msg"),
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": rest, "annotations": [], "logprobs": []}],
+        }
         items.insert(0 if message_first else len(items), message)
     items.extend(calls)
     return items
@@ -89,8 +101,14 @@ def _parse_call(body: str) -> dict[str, Any] | None:
             return None
     else:
         args = _ARGS_JSON.encode(args)
-    return {"type": "function_call", "id": new_id("fc"), "call_id": new_id("call"), "name": data["name"],
-            "arguments": args, "status": "completed"}
+    return {
+        "type": "function_call",
+        "id": new_id("fc"),
+        "call_id": new_id("call"),
+        "name": data["name"],
+        "arguments": args,
+        "status": "completed",
+    }
 
 
 def attach_tokens(items: list[dict[str, Any]], gen: Generation) -> None:
@@ -104,24 +122,45 @@ def attach_tokens(items: list[dict[str, Any]], gen: Generation) -> None:
         item["weight_version"] = gen.weight_version
 
 
-def build_response(request: ResponsesRequest, model: str, output: list[dict[str, Any]], *,
-                   input_tokens: int, output_tokens: int, finish_reason: str,
-                   temperature: float, top_p: float, max_output_tokens: int | None,
-                   response_id: str | None = None, created_at: int | None = None) -> dict[str, Any]:
+def build_response(
+    request: ResponsesRequest,
+    model: str,
+    output: list[dict[str, Any]],
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    finish_reason: str,
+    temperature: float,
+    top_p: float,
+    max_output_tokens: int | None,
+    response_id: str | None = None,
+    created_at: int | None = None,
+) -> dict[str, Any]:
     incomplete = finish_reason == "length"
     return {
-        "id": response_id or new_id("resp"), "object": "response",
-        "created_at": int(time.time()) if created_at is None else created_at, "model": model,
+        "id": response_id or new_id("resp"),
+        "object": "response",
+        "created_at": int(time.time()) if created_at is None else created_at,
+        "model": model,
         "status": "incomplete" if incomplete else "completed",
         "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-        "error": None, "instructions": request.instructions, "metadata": request.metadata or {},
-        "output": output, "parallel_tool_calls": request.parallel_tool_calls,
+        "error": None,
+        "instructions": request.instructions,
+        "metadata": request.metadata or {},
+        "output": output,
+        "parallel_tool_calls": request.parallel_tool_calls,
         "tool_choice": request.tool_choice if isinstance(request.tool_choice, (str, dict)) else "auto",
         "tools": [t.model_dump(exclude_none=True) for t in (request.tools or [])],
-        "temperature": temperature, "top_p": top_p, "max_output_tokens": max_output_tokens,
-        "text": {"format": {"type": "text"}}, "truncation": "disabled",
-        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
-                  "total_tokens": input_tokens + output_tokens,
-                  "input_tokens_details": {"cached_tokens": 0},
-                  "output_tokens_details": {"reasoning_tokens": 0}},
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_output_tokens": max_output_tokens,
+        "text": {"format": {"type": "text"}},
+        "truncation": "disabled",
+        "usage": {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
     }

@@ -11,14 +11,16 @@ from rollgate.core.http import HttpClient, RetryPolicy
 class OpenAIPassthrough:
     name = "openai"
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, model: str | None = None,
-                 timeout_s: float = 120.0):
+    def __init__(
+        self, base_url: str, *, api_key: str | None = None, model: str | None = None, timeout_s: float = 120.0
+    ):
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
         # A base URL with or without the /v1 suffix both work.
         base = base_url.rstrip("/")
         self.prefix = "" if base.endswith("/v1") else "/v1"
-        self.http = HttpClient(base, component="model", timeout_s=timeout_s, headers=headers,
-                               retry=RetryPolicy(attempts=2))
+        self.http = HttpClient(
+            base, component="model", timeout_s=timeout_s, headers=headers, retry=RetryPolicy(attempts=2)
+        )
         self.model = model
 
     def ready(self) -> bool:

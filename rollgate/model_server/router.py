@@ -20,13 +20,23 @@ def _weight(key: str, url: str) -> int:
 
 
 class ReplicaRouter:
-    def __init__(self, urls: list[str], *, component: str = "model", timeout_s: float = 120.0,
-                 health_path: str = "/health", health_interval_s: float = 5.0, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        component: str = "model",
+        timeout_s: float = 120.0,
+        health_path: str = "/health",
+        health_interval_s: float = 5.0,
+        headers: dict[str, str] | None = None,
+    ):
         if not urls:
             raise ValueError("at least one upstream URL is needed (settings.model.upstream_urls)")
         self.urls = [u.rstrip("/") for u in urls]
-        self.clients = {u: HttpClient(u, component=component, timeout_s=timeout_s, retry=NO_RETRY, headers=headers)
-                        for u in self.urls}
+        self.clients = {
+            u: HttpClient(u, component=component, timeout_s=timeout_s, retry=NO_RETRY, headers=headers)
+            for u in self.urls
+        }
         self.health_path = health_path
         self.health_interval_s = health_interval_s
         self.down_until: dict[str, float] = {}

@@ -56,8 +56,11 @@ def example_value(schema: dict[str, Any]) -> Any:
 def _turn_text(turn: dict[str, Any]) -> str:
     if "call" in turn:
         call = turn["call"]
-        return ("<tool_call>" + json.dumps({"name": call["name"], "arguments": call.get("arguments", {})},
-                                           ensure_ascii=False) + "</tool_call>")
+        return (
+            "<tool_call>"
+            + json.dumps({"name": call["name"], "arguments": call.get("arguments", {})}, ensure_ascii=False)
+            + "</tool_call>"
+        )
     return str(turn.get("text", ""))
 
 
@@ -68,18 +71,22 @@ def _script(ctx: CallContext) -> list[dict[str, Any]]:
         if not tools:
             return [{"text": "done"}]
         first = tools[0]
-        return [{"call": {"name": first.name, "arguments": example_value(first.parameters or {})}},
-                {"text": "done"}]
+        return [{"call": {"name": first.name, "arguments": example_value(first.parameters or {})}}, {"text": "done"}]
     try:
         script = json.loads(raw)
         if not isinstance(script, list) or not all(
-                isinstance(t, dict) and (isinstance(t.get("text"), str) or
-                                         (isinstance(t.get("call"), dict) and isinstance(t["call"].get("name"), str)))
-                for t in script):
-            raise ValueError("each turn must be {\"call\": {\"name\": ..., \"arguments\": {...}}} or {\"text\": ...}")
+            isinstance(t, dict)
+            and (
+                isinstance(t.get("text"), str)
+                or (isinstance(t.get("call"), dict) and isinstance(t["call"].get("name"), str))
+            )
+            for t in script
+        ):
+            raise ValueError('each turn must be {"call": {"name": ..., "arguments": {...}}} or {"text": ...}')
     except ValueError as exc:
-        raise BadRequest(f"metadata.{SCRIPT_KEY}: not a valid script: {exc}", component=COMPONENT,
-                         field=f"metadata.{SCRIPT_KEY}") from None
+        raise BadRequest(
+            f"metadata.{SCRIPT_KEY}: not a valid script: {exc}", component=COMPONENT, field=f"metadata.{SCRIPT_KEY}"
+        ) from None
     return script
 
 
@@ -99,7 +106,9 @@ class ScriptedBackend:
             from transformers import AutoConfig, AutoTokenizer
 
             config = AutoConfig.from_pretrained(path)
-            return cls(AutoTokenizer.from_pretrained(path), max_context=getattr(config, "max_position_embeddings", None))
+            return cls(
+                AutoTokenizer.from_pretrained(path), max_context=getattr(config, "max_position_embeddings", None)
+            )
         return cls()
 
     def ready(self) -> bool:
@@ -118,11 +127,18 @@ class ScriptedBackend:
             text = self.tokenizer.decode(ids, skip_special_tokens=False)
         else:
             ids = ids + [self.tokenizer.eos_token_id]
-        return Generation(text=text, finish_reason=finish, prompt_ids=prompt_ids, token_ids=ids,
-                          log_probs=[0.0] * len(ids), weight_version=self.weight_version)
+        return Generation(
+            text=text,
+            finish_reason=finish,
+            prompt_ids=prompt_ids,
+            token_ids=ids,
+            log_probs=[0.0] * len(ids),
+            weight_version=self.weight_version,
+        )
 
-    async def generate_stream(self, prompt_ids: list[int] | None, params: SamplingParams,
-                              ctx: CallContext) -> AsyncIterator[str | Generation]:
+    async def generate_stream(
+        self, prompt_ids: list[int] | None, params: SamplingParams, ctx: CallContext
+    ) -> AsyncIterator[str | Generation]:
         """The whole turn's text as one delta (it is instant), then the Generation."""
         gen = await self.generate(prompt_ids, params, ctx)
         if gen.text:

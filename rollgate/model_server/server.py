@@ -25,18 +25,27 @@ def build_backend(settings: Settings, metrics: Metrics | None = None):
             log.info("building the tiny model at %s (first use)", path)
             path = str(ensure_tiny_model(path))
         elif not is_model_dir(path):
-            raise ValueError(f"settings.model.model_path {path!r} holds no model (config.json, tokenizer, "
-                             "weights); build the tiny model with `rollgate model tiny --out DIR`")
-        return LocalBackend.from_pretrained(path, device=m.device, max_batch_size=m.max_batch_size,
-                                            batch_window_ms=m.batch_window_ms, max_queue=m.max_queue,
-                                            metrics=metrics)
+            raise ValueError(
+                f"settings.model.model_path {path!r} holds no model (config.json, tokenizer, "
+                "weights); build the tiny model with `rollgate model tiny --out DIR`"
+            )
+        return LocalBackend.from_pretrained(
+            path,
+            device=m.device,
+            max_batch_size=m.max_batch_size,
+            batch_window_ms=m.batch_window_ms,
+            max_queue=m.max_queue,
+            metrics=metrics,
+        )
     if m.backend == "scripted":
         from rollgate.model_server.scripted import ScriptedBackend
 
         return ScriptedBackend.from_path(m.model_path)
     if not m.upstream_urls:
-        raise ValueError(f"model backend {m.backend!r} needs settings.model.upstream_urls "
-                         "(ROLLGATE_MODEL__UPSTREAM_URLS='[\"http://host:port\"]')")
+        raise ValueError(
+            f"model backend {m.backend!r} needs settings.model.upstream_urls "
+            "(ROLLGATE_MODEL__UPSTREAM_URLS='[\"http://host:port\"]')"
+        )
     if m.backend == "vllm":
         from transformers import AutoConfig, AutoTokenizer
 
@@ -45,13 +54,20 @@ def build_backend(settings: Settings, metrics: Metrics | None = None):
         # The tokenizer must be the upstream model's: the service builds prompt ids with it.
         tokenizer = AutoTokenizer.from_pretrained(m.model_path)
         config = AutoConfig.from_pretrained(m.model_path)
-        return VllmBackend(m.upstream_urls, tokenizer, model=m.upstream_model or m.model_path, timeout_s=m.timeout_s,
-                           health_interval_s=m.health_interval_s, api_key=m.upstream_api_key,
-                           max_context=getattr(config, "max_position_embeddings", None))
+        return VllmBackend(
+            m.upstream_urls,
+            tokenizer,
+            model=m.upstream_model or m.model_path,
+            timeout_s=m.timeout_s,
+            health_interval_s=m.health_interval_s,
+            api_key=m.upstream_api_key,
+            max_context=getattr(config, "max_position_embeddings", None),
+        )
     from rollgate.model_server.passthrough import OpenAIPassthrough
 
-    return OpenAIPassthrough(m.upstream_urls[0], api_key=m.upstream_api_key, model=m.upstream_model,
-                             timeout_s=m.timeout_s)
+    return OpenAIPassthrough(
+        m.upstream_urls[0], api_key=m.upstream_api_key, model=m.upstream_model, timeout_s=m.timeout_s
+    )
 
 
 def _is_default_tiny(settings: Settings) -> bool:
@@ -65,9 +81,15 @@ def build_service(settings: Settings, metrics: Metrics | None = None) -> ModelSe
     m = settings.model
     backend = build_backend(settings, metrics)
     aliases = (m.upstream_model,) if m.upstream_model else ()
-    return ModelService(backend, served_name=m.served_name, default_max_output_tokens=m.default_max_output_tokens,
-                        training_mode=m.training_mode, max_context_tokens=m.max_context_tokens, metrics=metrics,
-                        aliases=aliases)
+    return ModelService(
+        backend,
+        served_name=m.served_name,
+        default_max_output_tokens=m.default_max_output_tokens,
+        training_mode=m.training_mode,
+        max_context_tokens=m.max_context_tokens,
+        metrics=metrics,
+        aliases=aliases,
+    )
 
 
 def build_app(settings: Settings) -> FastAPI:

@@ -33,10 +33,17 @@ FALSE = {"", "0", "false", "no", "off"}
 class ModelService:
     """A ResponsesService over one backend."""
 
-    def __init__(self, backend: Backend | PassthroughBackend, *, served_name: str = "rollgate-tiny",
-                 default_max_output_tokens: int = 256, training_mode: bool = False,
-                 max_context_tokens: int | None = None, metrics: Metrics | None = None,
-                 aliases: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        backend: Backend | PassthroughBackend,
+        *,
+        served_name: str = "rollgate-tiny",
+        default_max_output_tokens: int = 256,
+        training_mode: bool = False,
+        max_context_tokens: int | None = None,
+        metrics: Metrics | None = None,
+        aliases: tuple[str, ...] = (),
+    ):
         self.backend = backend
         self.served_name = served_name
         self.model_names = {served_name, *aliases}
@@ -54,8 +61,13 @@ class ModelService:
         await self.backend.aclose()
 
     def models(self) -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "rollgate"}
-                                           for name in sorted(self.model_names)]}
+        return {
+            "object": "list",
+            "data": [
+                {"id": name, "object": "model", "created": 0, "owned_by": "rollgate"}
+                for name in sorted(self.model_names)
+            ],
+        }
 
     async def create(self, request: dict[str, Any], *, training: bool | None = None) -> dict[str, Any]:
         try:
@@ -94,8 +106,11 @@ class ModelService:
     def _validate(self, body: dict[str, Any]) -> ResponsesRequest:
         req = parse_request(body)
         if req.model not in self.model_names:
-            raise NotFound(f"model {req.model!r} is not served here; served: {sorted(self.model_names)}",
-                           component=COMPONENT, field="model")
+            raise NotFound(
+                f"model {req.model!r} is not served here; served: {sorted(self.model_names)}",
+                component=COMPONENT,
+                field="model",
+            )
         return req
 
     async def _create(self, body: dict[str, Any], training: bool | None) -> dict[str, Any]:
@@ -116,8 +131,9 @@ class ModelService:
             try:
                 seed = int(meta["rollgate_seed"])
             except ValueError:
-                raise BadRequest("metadata.rollgate_seed: must be an integer", component=COMPONENT,
-                                 field="metadata.rollgate_seed") from None
+                raise BadRequest(
+                    "metadata.rollgate_seed: must be an integer", component=COMPONENT, field="metadata.rollgate_seed"
+                ) from None
         max_tokens = req.max_output_tokens or self.default_max_output_tokens
         prompt_ids: list[int] | None = None
         if self.prompts is not None:
@@ -126,18 +142,27 @@ class ModelService:
             if self.max_context is not None:
                 room = self.max_context - len(prompt_ids)
                 if room <= 0:
-                    raise BadRequest(f"the prompt has {len(prompt_ids)} tokens; the model's context is "
-                                     f"{self.max_context}", component=COMPONENT, field="input")
+                    raise BadRequest(
+                        f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.max_context}",
+                        component=COMPONENT,
+                        field="input",
+                    )
                 max_tokens = min(max_tokens, room)
         temperature = 1.0 if req.temperature is None else req.temperature
         top_p = 1.0 if req.top_p is None else req.top_p
-        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
-                                ignore_eos=_flag(meta, IGNORE_EOS_KEY, strict=True))
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            ignore_eos=_flag(meta, IGNORE_EOS_KEY, strict=True),
+        )
         ctx = CallContext(req, items, meta.get(SESSION_KEY) or _session_key(raw_items, req.input))
         return _Call(req, prompt_ids, params, ctx, training)
 
-    def _respond(self, call: _Call, gen: Generation, *, response_id: str | None = None,
-                 created_at: int | None = None) -> dict[str, Any]:
+    def _respond(
+        self, call: _Call, gen: Generation, *, response_id: str | None = None, created_at: int | None = None
+    ) -> dict[str, Any]:
         output = parse_text(gen.text)
         if call.training:
             attach_tokens(output, gen)
@@ -146,18 +171,36 @@ class ModelService:
         if self.metrics is not None:
             self.metrics.model_tokens.labels("in").inc(n_in)
             self.metrics.model_tokens.labels("out").inc(n_out)
-        return build_response(call.req, call.req.model, output, input_tokens=n_in, output_tokens=n_out,
-                              finish_reason=gen.finish_reason, temperature=call.params.temperature,
-                              top_p=call.params.top_p, max_output_tokens=call.req.max_output_tokens,
-                              response_id=response_id, created_at=created_at)
+        return build_response(
+            call.req,
+            call.req.model,
+            output,
+            input_tokens=n_in,
+            output_tokens=n_out,
+            finish_reason=gen.finish_reason,
+            temperature=call.params.temperature,
+            top_p=call.params.top_p,
+            max_output_tokens=call.req.max_output_tokens,
+            response_id=response_id,
+            created_at=created_at,
+        )
 
     async def _stream(self, call: _Call) -> AsyncIterator[dict[str, Any]]:
         writer = sse.StreamWriter()
         response_id, created_at = new_id("resp"), int(time.time())
-        start = build_response(call.req, call.req.model, [], input_tokens=0, output_tokens=0, finish_reason="stop",
-                               temperature=call.params.temperature, top_p=call.params.top_p,
-                               max_output_tokens=call.req.max_output_tokens, response_id=response_id,
-                               created_at=created_at)
+        start = build_response(
+            call.req,
+            call.req.model,
+            [],
+            input_tokens=0,
+            output_tokens=0,
+            finish_reason="stop",
+            temperature=call.params.temperature,
+            top_p=call.params.top_p,
+            max_output_tokens=call.req.max_output_tokens,
+            response_id=response_id,
+            created_at=created_at,
+        )
         for event in writer.start(start):
             yield event
         status = "cancelled"  # unless it gets to the end: the client went away
@@ -205,8 +248,11 @@ class _Call:
 def _flag(meta: dict[str, str], key: str, *, strict: bool = False) -> bool:
     value = meta.get(key, "").lower()
     if strict and value not in TRUE | FALSE:
-        raise BadRequest(f"metadata.{key}: must be \"true\" or \"false\", got {meta[key]!r}",
-                         component=COMPONENT, field=f"metadata.{key}")
+        raise BadRequest(
+            f'metadata.{key}: must be "true" or "false", got {meta[key]!r}',
+            component=COMPONENT,
+            field=f"metadata.{key}",
+        )
     return value in TRUE
 
 

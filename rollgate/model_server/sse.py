@@ -61,14 +61,30 @@ class StreamWriter:
         events = []
         if self.message_id is None:  # parse_text puts a message that starts before any tag first
             self.message_id = new_id("msg")
-            item = {"type": "message", "id": self.message_id, "role": "assistant", "status": "in_progress",
-                    "content": []}
+            item = {
+                "type": "message",
+                "id": self.message_id,
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            events += [self.ev("response.output_item.added", output_index=0, item=item),
-                       self.ev("response.content_part.added", item_id=self.message_id, output_index=0,
-                               content_index=0, part=part)]
-        events.append(self.ev("response.output_text.delta", item_id=self.message_id, output_index=0,
-                              content_index=0, delta=out, logprobs=[]))
+            events += [
+                self.ev("response.output_item.added", output_index=0, item=item),
+                self.ev(
+                    "response.content_part.added", item_id=self.message_id, output_index=0, content_index=0, part=part
+                ),
+            ]
+        events.append(
+            self.ev(
+                "response.output_text.delta",
+                item_id=self.message_id,
+                output_index=0,
+                content_index=0,
+                delta=out,
+                logprobs=[],
+            )
+        )
         return events
 
     def finish(self, response: dict[str, Any]) -> list[dict[str, Any]]:
@@ -103,19 +119,43 @@ class StreamWriter:
             text = part.get("text", "")
             announced = ci == 0 and self.message_id == item_id
             if not announced:
-                events.append(self.ev("response.content_part.added", item_id=item_id, output_index=idx,
-                                      content_index=ci, part=dict(part, text="")))
+                events.append(
+                    self.ev(
+                        "response.content_part.added",
+                        item_id=item_id,
+                        output_index=idx,
+                        content_index=ci,
+                        part=dict(part, text=""),
+                    )
+                )
             already = sent if announced else ""
             if not text.startswith(already):
                 log.error("streamed text is not a prefix of the final message text")
                 already = text
-            if text[len(already):]:
-                events.append(self.ev("response.output_text.delta", item_id=item_id, output_index=idx,
-                                      content_index=ci, delta=text[len(already):], logprobs=[]))
-            events.append(self.ev("response.output_text.done", item_id=item_id, output_index=idx,
-                                  content_index=ci, text=text, logprobs=[]))
-            events.append(self.ev("response.content_part.done", item_id=item_id, output_index=idx,
-                                  content_index=ci, part=part))
+            if text[len(already) :]:
+                events.append(
+                    self.ev(
+                        "response.output_text.delta",
+                        item_id=item_id,
+                        output_index=idx,
+                        content_index=ci,
+                        delta=text[len(already) :],
+                        logprobs=[],
+                    )
+                )
+            events.append(
+                self.ev(
+                    "response.output_text.done",
+                    item_id=item_id,
+                    output_index=idx,
+                    content_index=ci,
+                    text=text,
+                    logprobs=[],
+                )
+            )
+            events.append(
+                self.ev("response.content_part.done", item_id=item_id, output_index=idx, content_index=ci, part=part)
+            )
         events.append(self.ev("response.output_item.done", output_index=idx, item=item))
         return events
 
@@ -125,16 +165,36 @@ class StreamWriter:
         if item["type"] == "message":
             return events + self._message_events(idx, item)
         if item["type"] == "function_call":
-            events += [self.ev("response.function_call_arguments.delta", item_id=item_id, output_index=idx,
-                               delta=item["arguments"]),
-                       self.ev("response.function_call_arguments.done", item_id=item_id, output_index=idx,
-                               name=item["name"], arguments=item["arguments"])]
+            events += [
+                self.ev(
+                    "response.function_call_arguments.delta", item_id=item_id, output_index=idx, delta=item["arguments"]
+                ),
+                self.ev(
+                    "response.function_call_arguments.done",
+                    item_id=item_id,
+                    output_index=idx,
+                    name=item["name"],
+                    arguments=item["arguments"],
+                ),
+            ]
         elif item["type"] == "reasoning":
             for ci, part in enumerate(item.get("content") or []):
-                events += [self.ev("response.reasoning_text.delta", item_id=item_id, output_index=idx,
-                                   content_index=ci, delta=part["text"]),
-                           self.ev("response.reasoning_text.done", item_id=item_id, output_index=idx,
-                                   content_index=ci, text=part["text"])]
+                events += [
+                    self.ev(
+                        "response.reasoning_text.delta",
+                        item_id=item_id,
+                        output_index=idx,
+                        content_index=ci,
+                        delta=part["text"],
+                    ),
+                    self.ev(
+                        "response.reasoning_text.done",
+                        item_id=item_id,
+                        output_index=idx,
+                        content_index=ci,
+                        text=part["text"],
+                    ),
+                ]
         events.append(self.ev("response.output_item.done", output_index=idx, item=item))
         return events
 
@@ -148,4 +208,3 @@ def events(response: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def encode(event: dict[str, Any]) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + jsonutil.dumps(event) + b"\n\n"
-

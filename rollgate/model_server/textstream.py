@@ -30,12 +30,12 @@ class IncrementalDetokenizer:
 
     def push(self, token_id: int) -> str:
         self.ids.append(token_id)
-        before = self._decode(self.ids[self._prefix:self._read])
-        now = self._decode(self.ids[self._prefix:])
+        before = self._decode(self.ids[self._prefix : self._read])
+        now = self._decode(self.ids[self._prefix :])
         if len(now) <= len(before) or now.endswith("\ufffd"):
             return ""
         self._prefix, self._read = self._read, len(self.ids)
-        return now[len(before):]
+        return now[len(before) :]
 
 
 class PlainTextGate:
@@ -59,10 +59,10 @@ class PlainTextGate:
         head = self.pending[:cut]
         if not self.sent:  # the message text is stripped: leading whitespace never shows
             stripped = head.lstrip()
-            self.pending = self.pending[len(head) - len(stripped):]
+            self.pending = self.pending[len(head) - len(stripped) :]
             head = stripped
         out = head.rstrip()
-        self.pending = self.pending[len(out):]
+        self.pending = self.pending[len(out) :]
         self.sent += out
         return out
 

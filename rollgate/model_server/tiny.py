@@ -45,11 +45,22 @@ def _train_tokenizer(corpus: list[str]):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS, min_frequency=2,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        min_frequency=2,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(corpus, trainer=trainer)
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=IM_END, pad_token=PAD,
-                                 model_max_length=CONTEXT, padding_side="left", clean_up_tokenization_spaces=False)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=IM_END,
+        pad_token=PAD,
+        model_max_length=CONTEXT,
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
     hf.chat_template = chat_template()
     return hf
 
@@ -93,7 +104,7 @@ def _warm_up(model, hf, rng: random.Random, steps: int) -> float:
     model.train()
     loss_value = float("nan")
     for step in range(steps):
-        batch = examples[step * WARMUP_BATCH:(step + 1) * WARMUP_BATCH]
+        batch = examples[step * WARMUP_BATCH : (step + 1) * WARMUP_BATCH]
         width = max(len(ids) for ids, _ in batch)
         input_ids = torch.full((len(batch), width), hf.pad_token_id, dtype=torch.long)
         labels = torch.full((len(batch), width), -100, dtype=torch.long)
@@ -132,10 +143,20 @@ def build_tiny_model(out_dir: str | os.PathLike, seed: int = 0, *, warmup_steps:
     hf = _train_tokenizer(corpus)
     eos = hf.convert_tokens_to_ids(IM_END)
     config = Qwen2Config(
-        vocab_size=len(hf), hidden_size=64, intermediate_size=192, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=CONTEXT,
-        rope_theta=10000.0, tie_word_embeddings=True, bos_token_id=None, eos_token_id=eos,
-        pad_token_id=hf.pad_token_id, torch_dtype="float32")
+        vocab_size=len(hf),
+        hidden_size=64,
+        intermediate_size=192,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=CONTEXT,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=eos,
+        pad_token_id=hf.pad_token_id,
+        torch_dtype="float32",
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: bitwise-identical weights on any machine, no oversubscription
     try:
@@ -144,14 +165,16 @@ def build_tiny_model(out_dir: str | os.PathLike, seed: int = 0, *, warmup_steps:
         loss = _warm_up(model, hf, random.Random(seed + 1), warmup_steps) if warmup_steps else float("nan")
     finally:
         torch.set_num_threads(threads)
-    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=hf.pad_token_id,
-                                               bos_token_id=None, do_sample=True, temperature=1.0)
+    model.generation_config = GenerationConfig(
+        eos_token_id=eos, pad_token_id=hf.pad_token_id, bos_token_id=None, do_sample=True, temperature=1.0
+    )
     model.save_pretrained(out)
     hf.save_pretrained(out)
     _portable_tokenizer_config(out)
     (out / STAMP).write_text(json.dumps({"recipe": RECIPE_VERSION, "seed": seed, "warmup_steps": warmup_steps}) + "\n")
-    log.info("built tiny model in %s (seed %d, warm-up loss %.3f, %.1fs)", out, seed, loss,
-             time.perf_counter() - started)
+    log.info(
+        "built tiny model in %s (seed %d, warm-up loss %.3f, %.1fs)", out, seed, loss, time.perf_counter() - started
+    )
     return out
 
 

@@ -10,29 +10,62 @@ from typing import Any
 # Tool shapes the shipped environments use (names and argument kinds), so the warm-up teaches the
 # model the calls rollouts will actually ask of it.
 TOOL_POOL: list[dict[str, Any]] = [
-    {"name": "calculator", "description": "Evaluate an arithmetic expression.",
-     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}},
-    {"name": "submit_answer", "description": "Submit the final answer.",
-     "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}},
-    {"name": "move", "description": "Slide the tiles.",
-     "parameters": {"type": "object", "properties": {"direction": {"type": "string",
-                    "enum": ["up", "down", "left", "right"]}}, "required": ["direction"]}},
-    {"name": "guess", "description": "Guess a five-letter word.",
-     "parameters": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}},
-    {"name": "run_python", "description": "Run Python code and return its output.",
-     "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}},
-    {"name": "search", "description": "Search the records.",
-     "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}},
-    {"name": "add", "description": "Add an amount to the counter.",
-     "parameters": {"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]}},
-    {"name": "send_email", "description": "Send an email.",
-     "parameters": {"type": "object", "properties": {"to": {"type": "string"}, "subject": {"type": "string"}},
-                    "required": ["to", "subject"]}},
+    {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression.",
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+    },
+    {
+        "name": "submit_answer",
+        "description": "Submit the final answer.",
+        "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
+    },
+    {
+        "name": "move",
+        "description": "Slide the tiles.",
+        "parameters": {
+            "type": "object",
+            "properties": {"direction": {"type": "string", "enum": ["up", "down", "left", "right"]}},
+            "required": ["direction"],
+        },
+    },
+    {
+        "name": "guess",
+        "description": "Guess a five-letter word.",
+        "parameters": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]},
+    },
+    {
+        "name": "run_python",
+        "description": "Run Python code and return its output.",
+        "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
+    },
+    {
+        "name": "search",
+        "description": "Search the records.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+    },
+    {
+        "name": "add",
+        "description": "Add an amount to the counter.",
+        "parameters": {"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]},
+    },
+    {
+        "name": "send_email",
+        "description": "Send an email.",
+        "parameters": {
+            "type": "object",
+            "properties": {"to": {"type": "string"}, "subject": {"type": "string"}},
+            "required": ["to", "subject"],
+        },
+    },
 ]
 WORDS = ["crane", "slate", "apple", "house", "light", "plant", "stone", "river", "cloud", "brick"]
 NAMES = ["ana", "bo", "chen", "dev", "eli", "fay", "gus", "hana"]
-SYSTEMS = ["You are a helpful assistant.", "Solve the task. Use the tools when useful.",
-           "You are an agent. Think, call tools, then answer."]
+SYSTEMS = [
+    "You are a helpful assistant.",
+    "Solve the task. Use the tools when useful.",
+    "You are an agent. Think, call tools, then answer.",
+]
 
 
 def _args_for(tool: dict[str, Any], rng: random.Random, a: int, b: int) -> dict[str, Any]:
@@ -70,9 +103,11 @@ def transcript(rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[str,
     for _ in range(steps):
         tool = tools[0]  # the first listed tool: a simple rule the tiny model can learn to copy
         args = _args_for(tool, rng, a, b)
-        msg: dict[str, Any] = {"role": "assistant", "content": "",
-                               "tool_calls": [{"type": "function",
-                                               "function": {"name": tool["name"], "arguments": args}}]}
+        msg: dict[str, Any] = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": tool["name"], "arguments": args}}],
+        }
         if rng.random() < 0.3:
             msg["reasoning_content"] = f"I should call {tool['name']}."
         messages.append(msg)

@@ -26,9 +26,18 @@ log = logging.getLogger("rollgate.model_server.vllm")
 class VllmBackend:
     name = "vllm"
 
-    def __init__(self, urls: list[str], tokenizer, *, model: str, timeout_s: float = 120.0,
-                 health_interval_s: float = 5.0, api_key: str | None = None, max_context: int | None = None,
-                 weight_version: str | None = None):
+    def __init__(
+        self,
+        urls: list[str],
+        tokenizer,
+        *,
+        model: str,
+        timeout_s: float = 120.0,
+        health_interval_s: float = 5.0,
+        api_key: str | None = None,
+        max_context: int | None = None,
+        weight_version: str | None = None,
+    ):
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
         self.router = ReplicaRouter(urls, timeout_s=timeout_s, health_interval_s=health_interval_s, headers=headers)
         self.tokenizer = tokenizer
@@ -42,10 +51,16 @@ class VllmBackend:
 
     def _body(self, prompt_ids: list[int], params: SamplingParams) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "model": self.model, "prompt": prompt_ids, "max_tokens": params.max_tokens,
-            "temperature": params.temperature, "top_p": params.top_p, "logprobs": 0,
-            "return_token_ids": True, "return_tokens_as_token_ids": True,
-            "skip_special_tokens": False, "spaces_between_special_tokens": False,
+            "model": self.model,
+            "prompt": prompt_ids,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+            "spaces_between_special_tokens": False,
         }
         if params.seed is not None:
             body["seed"] = params.seed
@@ -63,8 +78,9 @@ class VllmBackend:
             if left <= 0:
                 break
             try:
-                body = await self.router.clients[url].request("POST", "/v1/completions",
-                                                              self._body(prompt_ids, params), timeout_s=left)
+                body = await self.router.clients[url].request(
+                    "POST", "/v1/completions", self._body(prompt_ids, params), timeout_s=left
+                )
             except UpstreamTimeout as exc:
                 last = exc
                 self.router.mark_down(url)
@@ -91,15 +107,22 @@ class VllmBackend:
             log_probs = [float(x) if x is not None else 0.0 for x in lp.get("token_logprobs") or []]
             finish = "length" if choice.get("finish_reason") == "length" else "stop"
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise ProtocolError(f"vLLM completion lacks token ids or log-probs ({exc!r}); needs vLLM >= 0.10.2",
-                                component="model") from None
+            raise ProtocolError(
+                f"vLLM completion lacks token ids or log-probs ({exc!r}); needs vLLM >= 0.10.2", component="model"
+            ) from None
         if len(log_probs) != len(ids):
             raise ProtocolError(f"vLLM returned {len(ids)} tokens but {len(log_probs)} log-probs", component="model")
         eos = self.tokenizer.eos_token_id
         text_ids = ids[:-1] if ids and ids[-1] == eos else ids
         text = self.tokenizer.decode(text_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        return Generation(text=text, finish_reason=finish, prompt_ids=list(prompt_ids), token_ids=list(ids),
-                          log_probs=log_probs, weight_version=self.weight_version)
+        return Generation(
+            text=text,
+            finish_reason=finish,
+            prompt_ids=list(prompt_ids),
+            token_ids=list(ids),
+            log_probs=log_probs,
+            weight_version=self.weight_version,
+        )
 
     async def aclose(self) -> None:
         await self.router.aclose()

@@ -66,9 +66,12 @@ class ReasoningItem(_Item):
 
 
 InputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
-ITEM_TYPES: dict[str, type[BaseModel]] = {"message": MessageItem, "function_call": FunctionCallItem,
-                                          "function_call_output": FunctionCallOutputItem,
-                                          "reasoning": ReasoningItem}
+ITEM_TYPES: dict[str, type[BaseModel]] = {
+    "message": MessageItem,
+    "function_call": FunctionCallItem,
+    "function_call_output": FunctionCallOutputItem,
+    "reasoning": ReasoningItem,
+}
 
 
 class FunctionTool(BaseModel):
@@ -114,8 +117,11 @@ class ResponsesRequest(BaseModel):
 def _field_of(exc: ValidationError, prefix: str) -> tuple[str, str]:
     # With unions (a string or a list of parts) the deepest error is the informative one.
     err = max(exc.errors(), key=lambda e: len(e.get("loc", ())))
-    loc = [str(p) for p in err.get("loc", ())
-           if not (isinstance(p, str) and p in ITEM_TYPES.keys() | {"str", "list[ContentPart]"})]
+    loc = [
+        str(p)
+        for p in err.get("loc", ())
+        if not (isinstance(p, str) and p in ITEM_TYPES.keys() | {"str", "list[ContentPart]"})
+    ]
     path = prefix
     for p in loc:
         path += f"[{p}]" if p.isdigit() else f".{p}"
@@ -145,8 +151,11 @@ def parse_items(raw: str | list[Any]) -> list[InputItem]:
         kind = item.get("type") or ("message" if "role" in item else None)
         model = ITEM_TYPES.get(kind) if isinstance(kind, str) else None
         if model is None:
-            raise BadRequest(f"{where}.type: unsupported item type {kind!r}; expected one of "
-                             f"{sorted(ITEM_TYPES)}", component=COMPONENT, field=f"{where}.type")
+            raise BadRequest(
+                f"{where}.type: unsupported item type {kind!r}; expected one of {sorted(ITEM_TYPES)}",
+                component=COMPONENT,
+                field=f"{where}.type",
+            )
         try:
             parsed = model.model_validate({**item, "type": kind})
         except ValidationError as exc:
@@ -162,7 +171,9 @@ def _check_token_fields(item: dict[str, Any], where: str) -> None:
         ids = item.get(name)
         if ids is None:
             continue
-        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
-                                                for t in ids):
-            raise BadRequest(f"{where}.{name}: must be a list of non-negative integer token ids",
-                             component=COMPONENT, field=f"{where}.{name}")
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+            raise BadRequest(
+                f"{where}.{name}: must be a list of non-negative integer token ids",
+                component=COMPONENT,
+                field=f"{where}.{name}",
+            )

@@ -43,9 +43,8 @@ class NativeHandlers:
     async def call_tool(self, params: dict[str, str], raw: bytes) -> Response:
         body = parse_json(raw, component=self.comp)
         if not isinstance(body, dict):
-            raise BadRequest("body must be an object {\"arguments\": {...}}", component=self.comp, field="body")
-        return _json(await self.runtime.call_tool(params["session_id"], params["tool_name"],
-                                                  body.get("arguments", {})))
+            raise BadRequest('body must be an object {"arguments": {...}}', component=self.comp, field="body")
+        return _json(await self.runtime.call_tool(params["session_id"], params["tool_name"], body.get("arguments", {})))
 
     async def verify(self, params: dict[str, str], raw: bytes) -> Response:
         # Same answers as a FastAPI `body: VerifyRequest` parameter: 422 naming the field.
@@ -68,8 +67,9 @@ class NativeHandlers:
         hot_route(app, "DELETE", "/sessions/{session_id}", self.delete)
 
 
-_VERIFY_BODY = {"requestBody": {"required": True, "content": {"application/json": {
-    "schema": VerifyRequest.model_json_schema()}}}}
+_VERIFY_BODY = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": VerifyRequest.model_json_schema()}}}
+}
 
 
 def env_router(runtime: EnvRuntime, r: APIRouter | None = None) -> APIRouter:
@@ -107,8 +107,11 @@ def env_router(runtime: EnvRuntime, r: APIRouter | None = None) -> APIRouter:
 def _compat_session(request: Request, comp: str) -> str:
     sid = request.headers.get("x-session-id") or request.cookies.get(SESSION_COOKIE)
     if not sid:
-        raise BadRequest("no session: call /seed_session first (cookie rollgate_session or header x-session-id)",
-                         component=comp, field="session_id")
+        raise BadRequest(
+            "no session: call /seed_session first (cookie rollgate_session or header x-session-id)",
+            component=comp,
+            field="session_id",
+        )
     return sid
 
 
@@ -162,22 +165,25 @@ def nemo_gym_router(runtime: EnvRuntime, r: APIRouter | None = None) -> APIRoute
         return {**body, **result.model_dump(exclude_none=True)}
 
     for name in runtime.specs:
+
         def make(tool_name: str):
             async def call(request: Request) -> dict[str, Any]:
                 body = await read_json(request, component=comp) if await request.body() else {}
                 out = await runtime.call_tool(_compat_session(request, comp), tool_name, body)
                 return out.model_dump()
+
             call.__name__ = f"compat_{tool_name}"
             return call
-        r.add_api_route(f"/{name}", make(name), methods=["POST"], summary=f"NeMo Gym tool route {name}",
-                        tags=tags)
+
+        r.add_api_route(f"/{name}", make(name), methods=["POST"], summary=f"NeMo Gym tool route {name}", tags=tags)
     return r
 
 
 def create_resources_app(runtime: EnvRuntime, *, registry=None, max_body_bytes: int | None = None) -> FastAPI:
     kwargs = {"max_body_bytes": max_body_bytes} if max_body_bytes else {}
-    app = make_app(f"Rollgate resources server: {runtime.name}", component=f"env:{runtime.name}",
-                   registry=registry, **kwargs)
+    app = make_app(
+        f"Rollgate resources server: {runtime.name}", component=f"env:{runtime.name}", registry=registry, **kwargs
+    )
     app.state.runtime = runtime
     env_router(runtime, app.router)
     nemo_gym_router(runtime, app.router)

@@ -6,7 +6,8 @@ An environment is a subclass of `Environment` with
 - tool methods decorated with `@tool`: `def move(self, state: State, direction: Dir) -> str`;
   the parameters after `state` become the OpenAI function schema and the argument validator,
   the docstring's first paragraph the description,
-- `verify(state, task, request)` -> VerifyResult.
+- `verify(state, request)` -> VerifyResult. The session holds the state only, never the task
+  row: whatever verify needs from the row, `seed` copies into the state.
 
 Tools mutate `state` in place; `EnvRuntime` loads it, runs the tool and stores it back
 atomically. A tool raises `ToolError` for an illegal action: the model reads it as an error output.
@@ -20,7 +21,7 @@ import random
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -52,8 +53,13 @@ class ToolSpec:
             prop.pop("title", None)
         schema.setdefault("properties", {})
         schema["additionalProperties"] = False
-        return {"type": "function", "name": self.name, "description": self.description,
-                "parameters": schema, "strict": False}
+        return {
+            "type": "function",
+            "name": self.name,
+            "description": self.description,
+            "parameters": schema,
+            "strict": False,
+        }
 
 
 def tool(fn: Callable | None = None, *, name: str | None = None, blocking: bool = False):
@@ -87,8 +93,14 @@ def _build_spec(cls: type, attr: str, f: Callable) -> ToolSpec:
         default = ... if p.default is p.empty else p.default
         fields[p.name] = (hints[p.name], default)
     model = create_model(f"{cls.__name__}_{attr}_args", __config__=ConfigDict(extra="forbid"), **fields)
-    return ToolSpec(name=meta["name"], description=_doc_summary(f), params=model, method_name=attr,
-                    blocking=meta["blocking"], is_async=inspect.iscoroutinefunction(f))
+    return ToolSpec(
+        name=meta["name"],
+        description=_doc_summary(f),
+        params=model,
+        method_name=attr,
+        blocking=meta["blocking"],
+        is_async=inspect.iscoroutinefunction(f),
+    )
 
 
 class Environment:
@@ -96,6 +108,12 @@ class Environment:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    # What `rollgate eval reverify` may do with a stored trajectory, no model involved:
+    # "answer": seed from the row, then verify the stored final answer (verify reads only the
+    #           seeded state and the answer); "replay": seed, replay the stored tool calls (the
+    #           tools are deterministic given the seed), then verify; "never": verification
+    #           depends on live state that cannot be rebuilt, so re-verification is refused.
+    reverify: ClassVar[Literal["answer", "replay", "never"]] = "never"
     State: ClassVar[type[BaseModel]]
     _tool_specs: ClassVar[dict[str, ToolSpec]]
 
@@ -113,7 +131,7 @@ class Environment:
     def seed(self, task: TaskRow, rng: random.Random) -> BaseModel | tuple[BaseModel, str | None]:
         raise NotImplementedError
 
-    def verify(self, state: Any, task: TaskRow, request: VerifyRequest) -> VerifyResult:
+    def verify(self, state: Any, request: VerifyRequest) -> VerifyResult:
         raise NotImplementedError
 
     # --- derived -----------------------------------------------------------------------
@@ -156,7 +174,7 @@ def final_response_text(request: VerifyRequest) -> str:
 
 class EnvRuntime:
     """Runs one environment over a session store: the logic behind every route (and the
-    in-process client of the embedded shape). Stored per session: the task row and the state."""
+    in-process client of the embedded shape). Stored per session: the seed and the state."""
 
     component = "env"
 
@@ -184,23 +202,27 @@ class EnvRuntime:
         except ValidationError as exc:
             e = exc.errors()[0]
             field = ".".join(str(x) for x in e.get("loc", ())) or "body"
-            raise BadRequest(f"malformed task row: {field}: {e.get('msg')}", component=self.component,
-                             field=field) from None
+            raise BadRequest(
+                f"malformed task row: {field}: {e.get('msg')}", component=self.component, field=field
+            ) from None
 
     async def seed(self, row: dict[str, Any] | TaskRow) -> SeedResponse:
         task = self.parse_task(row)
         if task.env is not None and task.env != self.name:
-            raise BadRequest(f"task is for environment {task.env!r}, this server runs {self.name!r}",
-                             component=self.component, field="env")
+            raise BadRequest(
+                f"task is for environment {task.env!r}, this server runs {self.name!r}",
+                component=self.component,
+                field="env",
+            )
         seed = task.seed if task.seed is not None else random.getrandbits(32)
         try:
             out = self.env.seed(task, random.Random(seed))
         except (ValueError, KeyError, TypeError, ValidationError) as exc:
-            raise BadRequest(f"cannot seed {self.name} from this row: {exc}", component=self.component,
-                             field="row") from None
+            raise BadRequest(
+                f"cannot seed {self.name} from this row: {exc}", component=self.component, field="row"
+            ) from None
         state, observation = out if isinstance(out, tuple) else (out, None)
-        sid = await self.store.create({"task": task.row(), "seed": seed,
-                                       "state": state.model_dump(mode="json")})
+        sid = await self.store.create({"seed": seed, "state": state.model_dump(mode="json")})
         return SeedResponse(session_id=sid, observation=observation)
 
     async def call_tool(self, session_id: str, name: str, arguments: dict[str, Any] | str | None) -> ToolOutput:
@@ -212,8 +234,9 @@ class EnvRuntime:
     async def _call_tool(self, session_id: str, name: str, arguments: dict[str, Any] | str | None) -> ToolOutput:
         spec = self.specs.get(name)
         if spec is None:
-            raise NotFound(f"unknown tool {name!r}; tools: {', '.join(self.specs)}", component=self.component,
-                           field="tool")
+            raise NotFound(
+                f"unknown tool {name!r}; tools: {', '.join(self.specs)}", component=self.component, field="tool"
+            )
         if isinstance(arguments, str):
             try:
                 arguments = jsonutil.loads(arguments) if arguments.strip() else {}
@@ -226,14 +249,16 @@ class EnvRuntime:
         try:
             args = spec.params.model_validate(arguments)
         except ValidationError as exc:
-            return ToolOutput(output=f"error: invalid arguments for {name}: {format_validation_error(exc)}",
-                              is_error=True)
+            return ToolOutput(
+                output=f"error: invalid arguments for {name}: {format_validation_error(exc)}", is_error=True
+            )
         kwargs = {k: getattr(args, k) for k in type(args).model_fields}
         method = getattr(self.env, spec.method_name)
         state_cls = self.env.State
 
-        def finish(record: dict[str, Any], state: BaseModel, value: Any = None,
-                   error: ToolError | None = None) -> ToolOutput:
+        def finish(
+            record: dict[str, Any], state: BaseModel, value: Any = None, error: ToolError | None = None
+        ) -> ToolOutput:
             # Illegal actions may still change state on purpose (e.g. a wasted guess): always store it.
             record["state"] = state.model_dump(mode="json")
             if error is not None:
@@ -241,6 +266,7 @@ class EnvRuntime:
             return ToolOutput(output=tool_output_text(value))
 
         if not (spec.is_async or spec.blocking):
+
             def run_sync(record: dict[str, Any]) -> ToolOutput:
                 # Inline: no await between load and store, so the memory store needs no lock.
                 state = state_cls.model_validate(record["state"])
@@ -269,15 +295,15 @@ class EnvRuntime:
             try:
                 request = VerifyRequest.model_validate(request)
             except ValidationError as exc:
-                raise BadRequest(f"malformed verify request: {format_validation_error(exc)}",
-                                 component=self.component, field="body") from None
+                raise BadRequest(
+                    f"malformed verify request: {format_validation_error(exc)}", component=self.component, field="body"
+                ) from None
         record = await self.store.get(session_id)
         return await self._verify_record(record, request)
 
     async def _verify_record(self, record: dict[str, Any], request: VerifyRequest) -> VerifyResult:
         state = self.env.State.model_validate(record["state"])
-        task = TaskRow.model_validate(record["task"])
-        result = self.env.verify(state, task, request)
+        result = self.env.verify(state, request)
         if inspect.isawaitable(result):
             result = await result
         return result

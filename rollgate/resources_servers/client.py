@@ -14,10 +14,12 @@ class EnvClient(Protocol):
 
     async def tools(self) -> list[dict[str, Any]]: ...
     async def seed(self, row: dict[str, Any], *, timeout_s: float | None = None) -> SeedResponse: ...
-    async def call_tool(self, session_id: str, name: str, arguments: Any, *,
-                        timeout_s: float | None = None) -> ToolOutput: ...
-    async def verify(self, session_id: str, request: VerifyRequest, *,
-                     timeout_s: float | None = None) -> VerifyResult: ...
+    async def call_tool(
+        self, session_id: str, name: str, arguments: Any, *, timeout_s: float | None = None
+    ) -> ToolOutput: ...
+    async def verify(
+        self, session_id: str, request: VerifyRequest, *, timeout_s: float | None = None
+    ) -> VerifyResult: ...
     async def close(self, session_id: str, *, timeout_s: float | None = None) -> None: ...
 
 
@@ -47,11 +49,17 @@ class LocalEnvClient:
 class HttpEnvClient:
     """The distributed shape: the native routes of a resources server (or a gateway's /envs/{name})."""
 
-    def __init__(self, name: str, base_url: str, *, timeout_s: float = 30.0, headers: dict | None = None,
-                 retry: RetryPolicy | None = None):
+    def __init__(
+        self,
+        name: str,
+        base_url: str,
+        *,
+        timeout_s: float = 30.0,
+        headers: dict | None = None,
+        retry: RetryPolicy | None = None,
+    ):
         self.name = name
-        self.http = HttpClient(base_url, component=f"env:{name}", timeout_s=timeout_s, headers=headers,
-                               retry=retry)
+        self.http = HttpClient(base_url, component=f"env:{name}", timeout_s=timeout_s, headers=headers, retry=retry)
         self._tools: list[dict[str, Any]] | None = None
 
     async def tools(self) -> list[dict[str, Any]]:
@@ -63,14 +71,19 @@ class HttpEnvClient:
         return SeedResponse.model_validate(await self.http.request("POST", "/sessions", row, timeout_s=timeout_s))
 
     async def call_tool(self, session_id, name, arguments, *, timeout_s=None) -> ToolOutput:
-        body = await self.http.request("POST", f"/sessions/{session_id}/tools/{name}",
-                                       {"arguments": arguments}, timeout_s=timeout_s)
+        body = await self.http.request(
+            "POST", f"/sessions/{session_id}/tools/{name}", {"arguments": arguments}, timeout_s=timeout_s
+        )
         return ToolOutput.model_validate(body)
 
     async def verify(self, session_id, request, *, timeout_s=None) -> VerifyResult:
-        body = await self.http.request("POST", f"/sessions/{session_id}/verify",
-                                       request.model_dump(exclude_none=True), timeout_s=timeout_s,
-                                       idempotent=True)
+        body = await self.http.request(
+            "POST",
+            f"/sessions/{session_id}/verify",
+            request.model_dump(exclude_none=True),
+            timeout_s=timeout_s,
+            idempotent=True,
+        )
         return VerifyResult.model_validate(body)
 
     async def close(self, session_id, *, timeout_s=None) -> None:

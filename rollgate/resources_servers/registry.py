@@ -25,7 +25,6 @@ def env_names() -> list[str]:
 def load_env(name: str, **kwargs) -> Environment:
     target = ENVIRONMENTS.get(name)
     if target is None:
-        raise NotFound(f"unknown environment {name!r}; known: {', '.join(env_names())}",
-                       component="env", field="env")
+        raise NotFound(f"unknown environment {name!r}; known: {', '.join(env_names())}", component="env", field="env")
     module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)(**kwargs)

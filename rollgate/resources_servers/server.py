@@ -14,8 +14,12 @@ from rollgate.resources_servers.registry import load_env
 
 def make_store(settings: Settings, env_name: str) -> SessionStore:
     if settings.redis_url:
-        return RedisSessionStore(settings.redis_url, prefix=f"rollgate:env:{env_name}",
-                                 ttl_s=settings.sessions.ttl_s, capacity=settings.sessions.capacity)
+        return RedisSessionStore(
+            settings.redis_url,
+            prefix=f"rollgate:env:{env_name}",
+            ttl_s=settings.sessions.ttl_s,
+            capacity=settings.sessions.capacity,
+        )
     return MemorySessionStore(ttl_s=settings.sessions.ttl_s, capacity=settings.sessions.capacity)
 
 
@@ -23,8 +27,12 @@ def env_options(settings: Settings, env_name: str, metrics: Metrics | None = Non
     """Constructor options of an environment that come from settings."""
     if env_name == "code":
         sb = settings.sandbox
-        return {"provider": sb.provider, "metrics": metrics,
-                **({"pool_size": sb.pool_size} if sb.pool_size else {}), **sb.options}
+        return {
+            "provider": sb.provider,
+            "metrics": metrics,
+            **({"pool_size": sb.pool_size} if sb.pool_size else {}),
+            **sb.options,
+        }
     return {}
 
 

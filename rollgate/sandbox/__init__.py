@@ -19,8 +19,9 @@ from rollgate.sandbox.isolation import doctor_check
 PROVIDERS = ("local", "docker", "kubernetes")
 
 
-def make_provider(kind: str = "local", *, pool_size: int = 0, metrics: Metrics | None = None,
-                  **options: Any) -> SandboxProvider:
+def make_provider(
+    kind: str = "local", *, pool_size: int = 0, metrics: Metrics | None = None, **options: Any
+) -> SandboxProvider:
     """Build a provider by name; `options` go to its constructor (limits=..., image=..., ...).
     `pool_size` > 0 puts a WarmPool of that many idle sandboxes in front of it."""
     if kind == "local":
@@ -30,13 +31,15 @@ def make_provider(kind: str = "local", *, pool_size: int = 0, metrics: Metrics |
     elif kind == "kubernetes":
         from rollgate.sandbox.kubernetes import KubernetesProvider as cls  # type: ignore[assignment]
     else:
-        raise BadRequest(f"unknown sandbox provider {kind!r}; known: {', '.join(PROVIDERS)}", component="sandbox",
-                         field="provider")
+        raise BadRequest(
+            f"unknown sandbox provider {kind!r}; known: {', '.join(PROVIDERS)}", component="sandbox", field="provider"
+        )
     try:
         provider: SandboxProvider = cls(metrics=metrics, **options)
     except TypeError as exc:
-        raise BadRequest(f"bad option for the {kind} sandbox provider: {exc}", component="sandbox",
-                         field="options") from None
+        raise BadRequest(
+            f"bad option for the {kind} sandbox provider: {exc}", component="sandbox", field="options"
+        ) from None
     if pool_size > 0:
         from rollgate.sandbox.pool import WarmPool
 
@@ -44,5 +47,13 @@ def make_provider(kind: str = "local", *, pool_size: int = 0, metrics: Metrics |
     return provider
 
 
-__all__ = ["ExecResult", "PROVIDERS", "Sandbox", "SandboxError", "SandboxLimits", "SandboxProvider",
-           "doctor_check", "make_provider"]
+__all__ = [
+    "ExecResult",
+    "PROVIDERS",
+    "Sandbox",
+    "SandboxError",
+    "SandboxLimits",
+    "SandboxProvider",
+    "doctor_check",
+    "make_provider",
+]

@@ -77,8 +77,14 @@ class Sandbox(Protocol):
 
     id: str
 
-    async def exec(self, cmd: Sequence[str] | None = None, *, code: str | None = None,
-                   stdin: str | bytes = b"", timeout_s: float | None = None) -> ExecResult: ...
+    async def exec(
+        self,
+        cmd: Sequence[str] | None = None,
+        *,
+        code: str | None = None,
+        stdin: str | bytes = b"",
+        timeout_s: float | None = None,
+    ) -> ExecResult: ...
 
     async def write_file(self, path: str, data: str | bytes) -> None: ...
 
@@ -101,8 +107,9 @@ class SandboxProvider(Protocol):
 def check_exec_args(cmd: Sequence[str] | None, code: str | None) -> None:
     """Exactly one of `cmd` / `code`; a clear error naming the field otherwise."""
     if (cmd is None) == (code is None):
-        raise BadRequest("pass exactly one of cmd (argv list) or code (Python source)", component="sandbox",
-                         field="cmd")
+        raise BadRequest(
+            "pass exactly one of cmd (argv list) or code (Python source)", component="sandbox", field="cmd"
+        )
     if cmd is not None:
         if isinstance(cmd, (str, bytes)) or not cmd or not all(isinstance(a, str) for a in cmd):
             raise BadRequest("cmd must be a non-empty list of strings (argv)", component="sandbox", field="cmd")

@@ -26,8 +26,11 @@ def relative_parts(path: str) -> list[str]:
     if p.is_absolute() and p.is_relative_to(INNER_WORKDIR):
         p = p.relative_to(INNER_WORKDIR)  # the path the sandboxed program sees for its work dir
     if p.is_absolute() or ".." in p.parts:
-        raise BadRequest(f"path {path!r} must be relative to the work dir and must not contain '..'",
-                         component="sandbox", field="path")
+        raise BadRequest(
+            f"path {path!r} must be relative to the work dir and must not contain '..'",
+            component="sandbox",
+            field="path",
+        )
     parts = [x for x in p.parts if x != "."]
     if not parts:
         raise BadRequest(f"path {path!r} names the work dir itself, not a file", component="sandbox", field="path")
@@ -55,15 +58,15 @@ def _open_parent(root: str, parts: list[str], create: bool, owner: tuple[int, in
 def write_beneath(root: str, path: str, data: bytes, *, owner: tuple[int, int] | None, max_bytes: int) -> None:
     parts = relative_parts(path)
     if len(data) > max_bytes:
-        raise BadRequest(f"file {path!r} is {len(data)} bytes; the limit is {max_bytes}", component="sandbox",
-                         field="data")
+        raise BadRequest(
+            f"file {path!r} is {len(data)} bytes; the limit is {max_bytes}", component="sandbox", field="data"
+        )
     try:
         dfd = _open_parent(root, parts, create=True, owner=owner)
     except OSError as exc:
         raise BadRequest(f"cannot write {path!r}: {exc.strerror}", component="sandbox", field="path") from None
     try:
-        fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
-                     dir_fd=dfd)
+        fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd)
     except OSError as exc:
         raise BadRequest(f"cannot write {path!r}: {exc.strerror}", component="sandbox", field="path") from None
     finally:
@@ -73,7 +76,7 @@ def write_beneath(root: str, path: str, data: bytes, *, owner: tuple[int, int] |
             os.fchown(fd, *owner)
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
 

@@ -71,22 +71,39 @@ def probe() -> Capabilities:
     """Try each isolation layer for real (cached: a property of the host for the process lifetime)."""
     root = os.geteuid() == 0
     unshare, setpriv, prlimit, sh = _tool("unshare"), _tool("setpriv"), _tool("prlimit"), _tool("sh")
-    missing = [n for n, p in (("unshare", unshare), ("setpriv", setpriv), ("prlimit", prlimit), ("sh", sh))
-               if p is None]
+    missing = [
+        n for n, p in (("unshare", unshare), ("setpriv", setpriv), ("prlimit", prlimit), ("sh", sh)) if p is None
+    ]
     rl = prlimit is not None
     if not missing:
         if root:
             ok, why = _try([unshare, *_NS_FLAGS, "--", sh, "-c", _PROBE])  # type: ignore[list-item]
             if ok:
-                return Capabilities("namespaces", root, True, True, True, True, rl,
-                                    "network, PID and mount namespaces; dedicated uid per sandbox")
+                return Capabilities(
+                    "namespaces",
+                    root,
+                    True,
+                    True,
+                    True,
+                    True,
+                    rl,
+                    "network, PID and mount namespaces; dedicated uid per sandbox",
+                )
             detail = f"unshare failed as root: {why}"
         else:
             argv = [unshare, "--user", "--map-root-user", *_NS_FLAGS, "--", sh, "-c", _PROBE]
             ok, why = _try(argv)  # type: ignore[arg-type]
             if ok:
-                return Capabilities("userns", root, True, True, True, False, rl,
-                                    "namespaces inside a user namespace; code runs as the service uid")
+                return Capabilities(
+                    "userns",
+                    root,
+                    True,
+                    True,
+                    True,
+                    False,
+                    rl,
+                    "namespaces inside a user namespace; code runs as the service uid",
+                )
             detail = f"unprivileged user namespaces unavailable: {why}"
     else:
         detail = f"missing tools: {', '.join(missing)} (util-linux)"
@@ -98,18 +115,23 @@ def doctor_check() -> dict[str, Any]:
     would run without network isolation."""
     caps = probe()
     ok = caps.network_isolated
-    detail = (f"sandbox isolation: {caps.mode} ({caps.detail})" if ok else
-              f"sandbox has NO network/PID isolation on this host ({caps.detail}); untrusted code can reach "
-              "the network and the service's files. Run as root, allow user namespaces, or use the docker / "
-              "kubernetes provider.")
+    detail = (
+        f"sandbox isolation: {caps.mode} ({caps.detail})"
+        if ok
+        else f"sandbox has NO network/PID isolation on this host ({caps.detail}); untrusted code can reach "
+        "the network and the service's files. Run as root, allow user namespaces, or use the docker / "
+        "kubernetes provider."
+    )
     return {"ok": ok, "name": "sandbox", "detail": detail, "capabilities": caps.as_dict()}
 
 
 def warn_if_weak(caps: Capabilities) -> None:
     if not caps.network_isolated:
-        log.warning("SANDBOX IS NOT ISOLATED: %s. Untrusted code will run with network access and the "
-                    "service's file permissions. Use a host that allows namespaces or another provider.",
-                    caps.detail)
+        log.warning(
+            "SANDBOX IS NOT ISOLATED: %s. Untrusted code will run with network access and the "
+            "service's file permissions. Use a host that allows namespaces or another provider.",
+            caps.detail,
+        )
     else:
         log.info("sandbox isolation: %s (%s)", caps.mode, caps.detail)
 
@@ -161,16 +183,15 @@ def kill_uid_processes(uid: int) -> int:
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
                 continue
-            with contextlib.suppress(OSError):
-                with open(f"/proc/{entry.name}/status", "rb") as f:
-                    for line in f:
-                        if line.startswith(b"State:") and b"Z" in line.split()[1:2]:
-                            break
-                        if line.startswith(b"Uid:"):
-                            ids = line.split()[1:3]
-                            if str(uid).encode() in ids:
-                                pids.append(int(entry.name))
-                            break
+            with contextlib.suppress(OSError), open(f"/proc/{entry.name}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"State:") and b"Z" in line.split()[1:2]:
+                        break
+                    if line.startswith(b"Uid:"):
+                        ids = line.split()[1:3]
+                        if str(uid).encode() in ids:
+                            pids.append(int(entry.name))
+                        break
         if not pids:
             break
         found += len(pids)
@@ -195,12 +216,14 @@ def scratch_mounts(tmpfs_bytes: int, hide_paths: list[str]) -> list[str]:
     """Shell lines run as root inside the mount namespace: a private /tmp and /dev/shm, hidden paths,
     and the work dir bound at INNER_WORKDIR (the shell's cwd is the host work dir at this point)."""
     size = max(1, tmpfs_bytes // 1024)
-    lines = [f"mount -t tmpfs -o size={size}k,mode=1777,nosuid,nodev tmpfs /tmp",
-             f"mkdir {INNER_WORKDIR}",
-             # --no-canonicalize: "." is resolved by the kernel against the cwd held before /tmp was
-             # covered, not re-resolved by path (which now points into the new tmpfs).
-             f"mount --bind --no-canonicalize . {INNER_WORKDIR}",
-             f"cd {INNER_WORKDIR}"]
+    lines = [
+        f"mount -t tmpfs -o size={size}k,mode=1777,nosuid,nodev tmpfs /tmp",
+        f"mkdir {INNER_WORKDIR}",
+        # --no-canonicalize: "." is resolved by the kernel against the cwd held before /tmp was
+        # covered, not re-resolved by path (which now points into the new tmpfs).
+        f"mount --bind --no-canonicalize . {INNER_WORKDIR}",
+        f"cd {INNER_WORKDIR}",
+    ]
     if os.path.isdir("/dev/shm"):
         lines.append("mount -t tmpfs -o size=1024k,mode=1777,nosuid,nodev tmpfs /dev/shm")
     if os.path.isdir("/var/tmp"):

@@ -26,10 +26,21 @@ POLICY_NAME = "rollgate-sandbox-deny-all"
 class KubernetesProvider:
     name = "kubernetes"
 
-    def __init__(self, limits: SandboxLimits | dict[str, Any] | None = None, *, namespace: str = "rollgate-sandboxes",
-                 image: str = "python:3.12-slim", kubectl: str = "kubectl", runtime_class: str | None = None,
-                 run_as_user: int = 65534, cpu: str = "1", max_lifetime_s: int = 3600, ready_timeout_s: float = 120.0,
-                 python: str = "python3", metrics: Metrics | None = None):
+    def __init__(
+        self,
+        limits: SandboxLimits | dict[str, Any] | None = None,
+        *,
+        namespace: str = "rollgate-sandboxes",
+        image: str = "python:3.12-slim",
+        kubectl: str = "kubectl",
+        runtime_class: str | None = None,
+        run_as_user: int = 65534,
+        cpu: str = "1",
+        max_lifetime_s: int = 3600,
+        ready_timeout_s: float = 120.0,
+        python: str = "python3",
+        metrics: Metrics | None = None,
+    ):
         self.limits = SandboxLimits.model_validate(limits or {})
         self.namespace, self.image, self.kubectl = namespace, image, kubectl
         self.runtime_class, self.run_as_user, self.cpu = runtime_class, run_as_user, cpu
@@ -40,49 +51,94 @@ class KubernetesProvider:
         self._policy_applied = False
 
     def capabilities(self) -> dict[str, Any]:
-        return {"provider": self.name, "network_isolated": "via NetworkPolicy", "pid_namespace": True,
-                "private_tmp": True, "dedicated_uid": True, "namespace": self.namespace, "image": self.image}
+        return {
+            "provider": self.name,
+            "network_isolated": "via NetworkPolicy",
+            "pid_namespace": True,
+            "private_tmp": True,
+            "dedicated_uid": True,
+            "namespace": self.namespace,
+            "image": self.image,
+        }
 
     def network_policy(self) -> dict[str, Any]:
         """Deny all ingress and egress of every sandbox Pod (no rules listed = nothing allowed)."""
-        return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                "metadata": {"name": POLICY_NAME, "namespace": self.namespace},
-                "spec": {"podSelector": {"matchLabels": {SANDBOX_LABEL: "true"}},
-                         "policyTypes": ["Ingress", "Egress"], "ingress": [], "egress": []}}
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": POLICY_NAME, "namespace": self.namespace},
+            "spec": {
+                "podSelector": {"matchLabels": {SANDBOX_LABEL: "true"}},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [],
+                "egress": [],
+            },
+        }
 
     def pod_spec(self, name: str) -> dict[str, Any]:
         lim = self.limits
         mem = str(lim.memory_bytes)
         uid = self.run_as_user
         container = {
-            "name": "sandbox", "image": self.image, "command": ["sleep", "infinity"], "workingDir": WORKDIR,
+            "name": "sandbox",
+            "image": self.image,
+            "command": ["sleep", "infinity"],
+            "workingDir": WORKDIR,
             "env": [{"name": "HOME", "value": WORKDIR}, {"name": "LANG", "value": "C.UTF-8"}],
-            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
-                          "limits": {"cpu": self.cpu, "memory": mem,
-                                     "ephemeral-storage": str(lim.max_workdir_bytes + lim.tmpfs_bytes)}},
-            "securityContext": {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid,
-                                "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                "privileged": False, "capabilities": {"drop": ["ALL"]}},
+            "resources": {
+                "requests": {"cpu": "100m", "memory": "64Mi"},
+                "limits": {
+                    "cpu": self.cpu,
+                    "memory": mem,
+                    "ephemeral-storage": str(lim.max_workdir_bytes + lim.tmpfs_bytes),
+                },
+            },
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": uid,
+                "runAsGroup": uid,
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "privileged": False,
+                "capabilities": {"drop": ["ALL"]},
+            },
             "volumeMounts": [{"name": "work", "mountPath": WORKDIR}, {"name": "tmp", "mountPath": "/tmp"}],
         }
         spec: dict[str, Any] = {
-            "restartPolicy": "Never", "automountServiceAccountToken": False, "enableServiceLinks": False,
-            "hostNetwork": False, "hostPID": False, "hostIPC": False,
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "hostNetwork": False,
+            "hostPID": False,
+            "hostIPC": False,
             "terminationGracePeriodSeconds": 0,
             # A sandbox orphaned by a crashed service still goes away.
             "activeDeadlineSeconds": self.max_lifetime_s,
-            "securityContext": {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
-                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": uid,
+                "runAsGroup": uid,
+                "fsGroup": uid,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
             "containers": [container],
-            "volumes": [{"name": "work", "emptyDir": {"medium": "Memory", "sizeLimit": str(lim.max_workdir_bytes)}},
-                        {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": str(lim.tmpfs_bytes)}}],
+            "volumes": [
+                {"name": "work", "emptyDir": {"medium": "Memory", "sizeLimit": str(lim.max_workdir_bytes)}},
+                {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": str(lim.tmpfs_bytes)}},
+            ],
         }
         if self.runtime_class:
             spec["runtimeClassName"] = self.runtime_class
-        return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": self.namespace,
-                             "labels": {SANDBOX_LABEL: "true", "app.kubernetes.io/name": "rollgate-sandbox"}},
-                "spec": spec}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "labels": {SANDBOX_LABEL: "true", "app.kubernetes.io/name": "rollgate-sandbox"},
+            },
+            "spec": spec,
+        }
 
     def apply_argv(self) -> list[str]:
         return [self.kubectl, "apply", "--namespace", self.namespace, "-f", "-"]
@@ -93,8 +149,11 @@ class KubernetesProvider:
     async def _ensure_policy(self) -> None:
         async with self._policy_lock:
             if not self._policy_applied:
-                await run_engine(self.apply_argv(), stdin=json.dumps(self.network_policy()).encode(),
-                                 what="kubectl apply NetworkPolicy")
+                await run_engine(
+                    self.apply_argv(),
+                    stdin=json.dumps(self.network_policy()).encode(),
+                    what="kubectl apply NetworkPolicy",
+                )
                 self._policy_applied = True
 
     async def create(self) -> CliSandbox:
@@ -102,17 +161,35 @@ class KubernetesProvider:
         await self._ensure_policy()
         name = f"rollgate-sbx-{secrets.token_hex(8)}"
         await run_engine(self.apply_argv(), stdin=json.dumps(self.pod_spec(name)).encode(), what="kubectl apply Pod")
-        delete = [self.kubectl, "delete", "pod", name, "--namespace", self.namespace, "--wait=false",
-                  "--grace-period=0", "--ignore-not-found"]
+        delete = [
+            self.kubectl,
+            "delete",
+            "pod",
+            name,
+            "--namespace",
+            self.namespace,
+            "--wait=false",
+            "--grace-period=0",
+            "--ignore-not-found",
+        ]
         try:
-            await run_engine([self.kubectl, "wait", "--namespace", self.namespace, "--for=condition=Ready",
-                              f"pod/{name}", f"--timeout={self.ready_timeout_s:g}s"],
-                             timeout_s=self.ready_timeout_s + 15, what="kubectl wait Ready")
+            await run_engine(
+                [
+                    self.kubectl,
+                    "wait",
+                    "--namespace",
+                    self.namespace,
+                    "--for=condition=Ready",
+                    f"pod/{name}",
+                    f"--timeout={self.ready_timeout_s:g}s",
+                ],
+                timeout_s=self.ready_timeout_s + 15,
+                what="kubectl wait Ready",
+            )
         except BaseException:
             await run_engine(delete, what="kubectl delete Pod")
             raise
-        return CliSandbox(name, self.exec_prefix(name), delete, self.limits, metrics=self.metrics,
-                          python=self.python)
+        return CliSandbox(name, self.exec_prefix(name), delete, self.limits, metrics=self.metrics, python=self.python)
 
     async def close(self) -> None:
         return None

@@ -26,9 +26,19 @@ from typing import Any
 from rollgate.core.metrics import Metrics
 from rollgate.sandbox.base import ExecResult, SandboxError, SandboxLimits, as_bytes, check_exec_args
 from rollgate.sandbox.files import read_beneath, tree_bytes, wipe_contents, write_beneath
-from rollgate.sandbox.isolation import (INNER_WORKDIR, SYSTEM_PATH, Capabilities, UidAllocator, UidLease,
-                                        kill_uid_processes, probe, scratch_mounts, warn_if_weak, world_executable)
-from rollgate.sandbox.process import killpg, kill_children_first, run_bounded
+from rollgate.sandbox.isolation import (
+    INNER_WORKDIR,
+    SYSTEM_PATH,
+    Capabilities,
+    UidAllocator,
+    UidLease,
+    kill_uid_processes,
+    probe,
+    scratch_mounts,
+    warn_if_weak,
+    world_executable,
+)
+from rollgate.sandbox.process import kill_children_first, killpg, run_bounded
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +48,6 @@ CODE_FILE = "_rollgate_exec.py"
 # util-linux `unshare --fork` re-raises its child's fatal signal on itself, which fails for SIGKILL:
 # it then exits 1 with this line. Seen only when the program died of a SIGKILL we did not send.
 _UNSHARE_SIGKILL = "unshare: sigprocmask unblock failed: Invalid argument\n"
-
 
 
 def resolve_python(python: str | None, caps: Capabilities) -> str:
@@ -67,8 +76,14 @@ class LocalSandbox:
     def owner(self) -> tuple[int, int] | None:
         return (self.lease.uid, self.lease.uid) if self.lease else None
 
-    async def exec(self, cmd: Sequence[str] | None = None, *, code: str | None = None,
-                   stdin: str | bytes = b"", timeout_s: float | None = None) -> ExecResult:
+    async def exec(
+        self,
+        cmd: Sequence[str] | None = None,
+        *,
+        code: str | None = None,
+        stdin: str | bytes = b"",
+        timeout_s: float | None = None,
+    ) -> ExecResult:
         check_exec_args(cmd, code)
         if self._destroyed:
             raise SandboxError(f"sandbox {self.id} was destroyed", field="sandbox")
@@ -81,15 +96,27 @@ class LocalSandbox:
                 cmd = [p.python, "-E", "-s", "-B", CODE_FILE]
             argv, env = p.command(list(cmd), self.lease, self.workdir)  # type: ignore[arg-type]
             sweep = self._sweep if self.lease else None
-            result = await run_bounded(argv, stdin=as_bytes(stdin), timeout_s=timeout,
-                                       max_output_bytes=limits.max_output_bytes, env=env, cwd=self.workdir,
-                                       sweep=sweep, unexplained_sigkill=p.sigkill_reason,
-                                       kill_tree=kill_children_first if p.caps.pid_namespace else killpg)
+            result = await run_bounded(
+                argv,
+                stdin=as_bytes(stdin),
+                timeout_s=timeout,
+                max_output_bytes=limits.max_output_bytes,
+                env=env,
+                cwd=self.workdir,
+                sweep=sweep,
+                unexplained_sigkill=p.sigkill_reason,
+                kill_tree=kill_children_first if p.caps.pid_namespace else killpg,
+            )
             if result.exit_code == SETUP_FAILED and _SETUP_MARK in result.stderr:
                 raise SandboxError(f"sandbox setup failed: {result.stderr.strip()[-300:]}")
             if p.caps.pid_namespace and result.stderr.endswith(_UNSHARE_SIGKILL):
-                result = result.model_copy(update={"exit_code": None, "stderr": result.stderr[: -len(_UNSHARE_SIGKILL)],
-                                                   "killed_by": result.killed_by or p.sigkill_reason})
+                result = result.model_copy(
+                    update={
+                        "exit_code": None,
+                        "stderr": result.stderr[: -len(_UNSHARE_SIGKILL)],
+                        "killed_by": result.killed_by or p.sigkill_reason,
+                    }
+                )
             result = await self._enforce_quota(result)
         if p.metrics is not None:
             p.metrics.sandbox_execs.labels(result=result.label).inc()
@@ -107,12 +134,17 @@ class LocalSandbox:
         # Files are bounded one by one (RLIMIT_FSIZE), not in total: over quota, the work dir is reset.
         await asyncio.to_thread(wipe_contents, self.workdir)
         note = f"\n[sandbox] work dir exceeded {quota} bytes; its files were removed\n"
-        return result.model_copy(update={"stderr": result.stderr + note,
-                                         "killed_by": result.killed_by or "disk_quota"})
+        return result.model_copy(update={"stderr": result.stderr + note, "killed_by": result.killed_by or "disk_quota"})
 
     async def write_file(self, path: str, data: str | bytes) -> None:
-        await asyncio.to_thread(write_beneath, self.workdir, path, as_bytes(data), owner=self.owner,
-                                max_bytes=self.provider.limits.max_file_bytes)
+        await asyncio.to_thread(
+            write_beneath,
+            self.workdir,
+            path,
+            as_bytes(data),
+            owner=self.owner,
+            max_bytes=self.provider.limits.max_file_bytes,
+        )
 
     async def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
         cap = max_bytes or self.provider.limits.max_file_bytes
@@ -140,15 +172,25 @@ class LocalProvider:
 
     name = "local"
 
-    def __init__(self, limits: SandboxLimits | dict[str, Any] | None = None, *, root_dir: str | None = None,
-                 python: str | None = None, uid_base: int = 900_000, uid_count: int = 65_536,
-                 hide_paths: Sequence[str] = (), require_isolation: bool = False, metrics: Metrics | None = None):
+    def __init__(
+        self,
+        limits: SandboxLimits | dict[str, Any] | None = None,
+        *,
+        root_dir: str | None = None,
+        python: str | None = None,
+        uid_base: int = 900_000,
+        uid_count: int = 65_536,
+        hide_paths: Sequence[str] = (),
+        require_isolation: bool = False,
+        metrics: Metrics | None = None,
+    ):
         self.limits = SandboxLimits.model_validate(limits or {})
         self.caps = probe()
         warn_if_weak(self.caps)
         if require_isolation and not self.caps.network_isolated:
-            raise SandboxError(f"sandbox isolation required but unavailable: {self.caps.detail}",
-                               field="require_isolation")
+            raise SandboxError(
+                f"sandbox isolation required but unavailable: {self.caps.detail}", field="require_isolation"
+            )
         self.metrics = metrics
         self.hide_paths = list(hide_paths)
         self.root_dir = str(Path(root_dir or Path(tempfile.gettempdir()) / "rollgate-sandboxes").resolve())
@@ -185,13 +227,25 @@ class LocalProvider:
     def command(self, cmd: list[str], lease: UidLease | None, workdir: str) -> tuple[list[str], dict[str, str]]:
         """The argv and environment of one exec (exposed for tests and `rollgate doctor`)."""
         lim = self.limits
-        rlimits = ["prlimit", f"--cpu={lim.cpu_s}:{lim.cpu_s + 1}", f"--as={lim.memory_bytes}",
-                   f"--nproc={lim.max_procs}", f"--fsize={lim.max_file_bytes}", f"--nofile={lim.max_open_files}",
-                   "--core=0", "--"]
+        rlimits = [
+            "prlimit",
+            f"--cpu={lim.cpu_s}:{lim.cpu_s + 1}",
+            f"--as={lim.memory_bytes}",
+            f"--nproc={lim.max_procs}",
+            f"--fsize={lim.max_file_bytes}",
+            f"--nofile={lim.max_open_files}",
+            "--core=0",
+            "--",
+        ]
         mode = self.caps.mode
         # Built from scratch: nothing of the service's environment (keys, tokens) reaches the program.
-        env = {"PATH": SYSTEM_PATH, "HOME": INNER_WORKDIR if mode != "none" else workdir, "LANG": "C.UTF-8",
-               "TMPDIR": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {
+            "PATH": SYSTEM_PATH,
+            "HOME": INNER_WORKDIR if mode != "none" else workdir,
+            "LANG": "C.UTF-8",
+            "TMPDIR": "/tmp",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
         if mode == "none":
             return [*rlimits, *cmd], env
         drop = ["setpriv"]

@@ -87,7 +87,7 @@ class WarmPool:
             self._wake.set()
             try:
                 await asyncio.wait_for(asyncio.shield(self._filler), timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self._filler.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._filler

@@ -90,11 +90,19 @@ def _signal_name(num: int) -> str:
         return str(num)
 
 
-async def run_bounded(argv: Sequence[str], *, stdin: bytes = b"", timeout_s: float, max_output_bytes: int,
-                      env: dict[str, str] | None = None, cwd: str | None = None,
-                      sweep: Callable[[], Awaitable[None]] | None = None,
-                      unexplained_sigkill: str = "signal:SIGKILL", grace_s: float = 0.5,
-                      kill_tree: Callable[[int], None] = killpg) -> ExecResult:
+async def run_bounded(
+    argv: Sequence[str],
+    *,
+    stdin: bytes = b"",
+    timeout_s: float,
+    max_output_bytes: int,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    sweep: Callable[[], Awaitable[None]] | None = None,
+    unexplained_sigkill: str = "signal:SIGKILL",
+    grace_s: float = 0.5,
+    kill_tree: Callable[[int], None] = killpg,
+) -> ExecResult:
     """Run `argv` in a new session (its own process group). On timeout or output flood the whole
     group is SIGKILLed and `sweep` (e.g. "kill every process of the sandbox uid") runs too, so
     nothing the program started survives. `sweep` also runs after a normal exit when output pipes
@@ -103,8 +111,14 @@ async def run_bounded(argv: Sequence[str], *, stdin: bytes = b"", timeout_s: flo
     flood = asyncio.Event()
     out, err = _Capture(max_output_bytes, flood), _Capture(max_output_bytes, flood)
     proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env=env, cwd=cwd, start_new_session=True)
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     readers = [asyncio.ensure_future(out.drain(proc.stdout)), asyncio.ensure_future(err.drain(proc.stderr))]
     feeder = asyncio.ensure_future(_feed(proc.stdin, stdin))
@@ -117,7 +131,7 @@ async def run_bounded(argv: Sequence[str], *, stdin: bytes = b"", timeout_s: flo
         kill_tree(proc.pid)
         try:
             await asyncio.wait_for(asyncio.shield(waiter), timeout=2.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             killpg(proc.pid)
         if sweep is not None:
             await sweep()
@@ -166,6 +180,13 @@ async def run_bounded(argv: Sequence[str], *, stdin: bytes = b"", timeout_s: flo
                 killed_by = f"signal:{_signal_name(sig)}"
     elif killed_by is not None:
         exit_code = None
-    return ExecResult(exit_code=exit_code, stdout=out.text(), stderr=err.text(), timed_out=timed_out,
-                      killed_by=killed_by, duration_s=round(time.monotonic() - start, 4),
-                      stdout_truncated=out.truncated, stderr_truncated=err.truncated)
+    return ExecResult(
+        exit_code=exit_code,
+        stdout=out.text(),
+        stderr=err.text(),
+        timed_out=timed_out,
+        killed_by=killed_by,
+        duration_s=round(time.monotonic() - start, 4),
+        stdout_truncated=out.truncated,
+        stderr_truncated=err.truncated,
+    )

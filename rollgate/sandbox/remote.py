@@ -28,9 +28,7 @@ def container_path(path: str) -> str:
     return WORKDIR + "/" + "/".join(relative_parts(path))
 
 
-
-async def run_engine(argv: Sequence[str], *, stdin: bytes = b"", timeout_s: float = 120.0,
-                     what: str) -> ExecResult:
+async def run_engine(argv: Sequence[str], *, stdin: bytes = b"", timeout_s: float = 120.0, what: str) -> ExecResult:
     """Run an engine command (create, delete, apply) whose failure is a SandboxError."""
     try:
         r = await run_bounded(argv, stdin=stdin, timeout_s=timeout_s, max_output_bytes=64 * 1024)
@@ -44,8 +42,15 @@ async def run_engine(argv: Sequence[str], *, stdin: bytes = b"", timeout_s: floa
 class CliSandbox:
     """`exec_prefix` enters the sandbox (e.g. `docker exec -i -w /work NAME`); `destroy_argv` removes it."""
 
-    def __init__(self, sandbox_id: str, exec_prefix: list[str], destroy_argv: list[str], limits: SandboxLimits,
-                 metrics: Metrics | None = None, python: str = "python3"):
+    def __init__(
+        self,
+        sandbox_id: str,
+        exec_prefix: list[str],
+        destroy_argv: list[str],
+        limits: SandboxLimits,
+        metrics: Metrics | None = None,
+        python: str = "python3",
+    ):
         self.id = sandbox_id
         self.exec_prefix = exec_prefix
         self.destroy_argv = destroy_argv
@@ -58,8 +63,14 @@ class CliSandbox:
         # `timeout -s KILL` inside the sandbox bounds the run even if the engine connection drops.
         return [*self.exec_prefix, "timeout", "-s", "KILL", f"{timeout_s:g}s", *cmd]
 
-    async def exec(self, cmd: Sequence[str] | None = None, *, code: str | None = None,
-                   stdin: str | bytes = b"", timeout_s: float | None = None) -> ExecResult:
+    async def exec(
+        self,
+        cmd: Sequence[str] | None = None,
+        *,
+        code: str | None = None,
+        stdin: str | bytes = b"",
+        timeout_s: float | None = None,
+    ) -> ExecResult:
         check_exec_args(cmd, code)
         if self._destroyed:
             raise SandboxError(f"sandbox {self.id} was destroyed", field="sandbox")
@@ -67,13 +78,16 @@ class CliSandbox:
         if code is not None:
             await self.write_file(CODE_FILE, code)
             cmd = [self.python, "-E", "-s", "-B", CODE_FILE]
-        r = await run_bounded(self.exec_argv(list(cmd), timeout), stdin=as_bytes(stdin),  # type: ignore[arg-type]
-                              timeout_s=timeout + _ENGINE_SLACK_S, max_output_bytes=self.limits.max_output_bytes)
+        r = await run_bounded(
+            self.exec_argv(list(cmd), timeout),
+            stdin=as_bytes(stdin),  # type: ignore[arg-type]
+            timeout_s=timeout + _ENGINE_SLACK_S,
+            max_output_bytes=self.limits.max_output_bytes,
+        )
         if r.exit_code == 137 and r.duration_s >= timeout:  # `timeout -s KILL` fired inside
             r = r.model_copy(update={"exit_code": None, "timed_out": True, "killed_by": "timeout"})
         # Processes the run left behind (daemons) die now; the container's PID 1 is immune.
-        await run_bounded([*self.exec_prefix, "kill", "-9", "-1"], timeout_s=_ENGINE_SLACK_S,
-                          max_output_bytes=4096)
+        await run_bounded([*self.exec_prefix, "kill", "-9", "-1"], timeout_s=_ENGINE_SLACK_S, max_output_bytes=4096)
         if self.metrics is not None:
             self.metrics.sandbox_execs.labels(result=r.label).inc()
         return r
@@ -90,8 +104,9 @@ class CliSandbox:
         cap = max_bytes or self.limits.max_file_bytes
         # base64: the captured stdout is text, the file may not be.
         script = f"head -c {cap} -- {shlex.quote(container_path(path))} | base64 -w0"
-        r = await run_bounded([*self.exec_prefix, "sh", "-c", script], timeout_s=_ENGINE_SLACK_S,
-                              max_output_bytes=cap * 4 // 3 + 16)
+        r = await run_bounded(
+            [*self.exec_prefix, "sh", "-c", script], timeout_s=_ENGINE_SLACK_S, max_output_bytes=cap * 4 // 3 + 16
+        )
         if not r.ok or r.stderr.strip():
             raise SandboxError(f"cannot read {path!r}: {r.stderr.strip()[-300:]}", field="path")
         try:

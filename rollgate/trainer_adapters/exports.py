@@ -61,7 +61,7 @@ def read_trajectories(path: Path, stats: ExportStats | None = None) -> Iterator[
     FailureRecord lines (no `outcome`, an `error`) are counted and skipped: they hold no episode."""
     stats = stats if stats is not None else ExportStats()
     try:
-        fh = open(path, "rb")
+        fh = open(path, "rb")  # noqa: SIM115 - closed by the `with` below, after the error mapping
     except OSError as exc:
         raise ExportError(f"cannot read {path}: {exc.strerror}", field="in") from None
     with fh:
@@ -76,8 +76,11 @@ def read_trajectories(path: Path, stats: ExportStats | None = None) -> Iterator[
                 raise ExportError("a record must be a JSON object", line=line_no)
             version = obj.get("schema_version")
             if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
-                raise ExportError(f"schema_version {version!r} is not supported (this Rollgate reads 1.."
-                                  f"{SCHEMA_VERSION})", line=line_no, field="schema_version")
+                raise ExportError(
+                    f"schema_version {version!r} is not supported (this Rollgate reads 1..{SCHEMA_VERSION})",
+                    line=line_no,
+                    field="schema_version",
+                )
             if "outcome" not in obj and "error" in obj:
                 stats.skipped_failures += 1
                 continue
@@ -105,8 +108,9 @@ def atomic_output(path: Path) -> Iterator[Path]:
         raise
 
 
-def _selected(trajs: Iterator[Trajectory], fmt: ExportFormat, min_reward: float | None,
-              stats: ExportStats) -> Iterator[Trajectory]:
+def _selected(
+    trajs: Iterator[Trajectory], fmt: ExportFormat, min_reward: float | None, stats: ExportStats
+) -> Iterator[Trajectory]:
     for t in trajs:
         if fmt is ExportFormat.sft:
             keep = keep_for_sft(t, min_reward)
@@ -135,6 +139,13 @@ def export(src: Path, dst: Path, fmt: ExportFormat | str, *, min_reward: float |
                 for t in trajs:
                     record = to_sft_record(t) if fmt is ExportFormat.sft else t.model_dump(mode="json")
                     out.write(jsonutil.dumps(record) + b"\n")
-    log.info("exported %d of %d trajectories to %s (%s); %d filtered, %d failure records skipped",
-             stats.written, stats.read, dst, fmt.value, stats.filtered, stats.skipped_failures)
+    log.info(
+        "exported %d of %d trajectories to %s (%s); %d filtered, %d failure records skipped",
+        stats.written,
+        stats.read,
+        dst,
+        fmt.value,
+        stats.filtered,
+        stats.skipped_failures,
+    )
     return stats

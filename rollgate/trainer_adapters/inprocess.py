@@ -24,9 +24,18 @@ log = logging.getLogger(__name__)
 class InProcessRollgate:
     """A RolloutSource serving `model` through Rollgate's local backend and model service."""
 
-    def __init__(self, model: Any, tokenizer: Any, envs: Sequence[str], *,
-                 agent_settings: AgentSettings | None = None, served_name: str = "policy",
-                 concurrency: int = 64, max_batch_size: int = 64, weight_version: str = "step-0"):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        envs: Sequence[str],
+        *,
+        agent_settings: AgentSettings | None = None,
+        served_name: str = "policy",
+        concurrency: int = 64,
+        max_batch_size: int = 64,
+        weight_version: str = "step-0",
+    ):
         from rollgate.agent_server.agent import Agent
         from rollgate.model_server.client import LocalModelClient
         from rollgate.model_server.local import LocalBackend
@@ -37,13 +46,15 @@ class InProcessRollgate:
 
         self.model = model
         was_training = model.training
-        self.backend = LocalBackend.from_model(model, tokenizer, weight_version=weight_version,
-                                               max_batch_size=max_batch_size)
+        self.backend = LocalBackend.from_model(
+            model, tokenizer, weight_version=weight_version, max_batch_size=max_batch_size
+        )
         model.train(was_training)  # the backend switches to eval; the trainer owns the mode
         self.service = ModelService(self.backend, served_name=served_name, training_mode=True)
         env_clients = {name: LocalEnvClient(EnvRuntime(load_env(name), MemorySessionStore())) for name in envs}
-        self.agent = Agent(LocalModelClient(self.service), env_clients, agent_settings or AgentSettings(),
-                           model_name=served_name)
+        self.agent = Agent(
+            LocalModelClient(self.service), env_clients, agent_settings or AgentSettings(), model_name=served_name
+        )
         self.rollouts = AgentRollouts(self.agent, concurrency=concurrency)
 
     @property

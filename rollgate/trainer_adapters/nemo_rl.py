@@ -21,8 +21,7 @@ from rollgate.trainer_adapters.tokens import ContiguityError, segments
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ContiguityError", "to_message_log", "to_rollout_result", "to_rollout_batch",
-           "to_nemo_gym_run_response"]
+__all__ = ["ContiguityError", "to_message_log", "to_rollout_result", "to_rollout_batch", "to_nemo_gym_run_response"]
 
 _MODEL_ITEM_TYPES = ("function_call", "reasoning")
 
@@ -33,9 +32,14 @@ def to_message_log(traj: Trajectory) -> list[dict[str, Any]]:
     log_: list[dict[str, Any]] = []
     for seg in segments(traj.turns):
         log_.append({"role": "user", "content": "", "token_ids": torch.tensor(seg.new_prompt_ids, dtype=torch.long)})
-        log_.append({"role": "assistant", "content": "",
-                     "token_ids": torch.tensor(seg.generation_ids, dtype=torch.long),
-                     "generation_logprobs": torch.tensor(seg.logprobs, dtype=torch.float32)})
+        log_.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "token_ids": torch.tensor(seg.generation_ids, dtype=torch.long),
+                "generation_logprobs": torch.tensor(seg.logprobs, dtype=torch.float32),
+            }
+        )
     return log_
 
 
@@ -58,8 +62,12 @@ def to_rollout_result(traj: Trajectory, *, pad_token_id: int = 0) -> dict[str, A
             # NeMo RL batches need at least one user and one assistant message per sample.
             message_log = [
                 {"role": "user", "content": "", "token_ids": torch.tensor([pad_token_id], dtype=torch.long)},
-                {"role": "assistant", "content": "", "token_ids": torch.tensor([pad_token_id], dtype=torch.long),
-                 "generation_logprobs": torch.zeros(1, dtype=torch.float32)},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "token_ids": torch.tensor([pad_token_id], dtype=torch.long),
+                    "generation_logprobs": torch.zeros(1, dtype=torch.float32),
+                },
             ]
     reward = float(traj.reward) if ok and traj.reward is not None else 0.0
     result: dict[str, Any] = {
@@ -71,8 +79,12 @@ def to_rollout_result(traj: Trajectory, *, pad_token_id: int = 0) -> dict[str, A
         "truncated": traj.outcome is Outcome.truncated,
         "task_name": traj.task.env,
         "extra_env_info": {
-            "trajectory_id": traj.trajectory_id, "group_id": traj.group_id, "sample_index": traj.sample_index,
-            "task_id": traj.task.task_id, "outcome": traj.outcome.value, "metrics": dict(traj.metrics),
+            "trajectory_id": traj.trajectory_id,
+            "group_id": traj.group_id,
+            "sample_index": traj.sample_index,
+            "task_id": traj.task.task_id,
+            "outcome": traj.outcome.value,
+            "metrics": dict(traj.metrics),
             "error": traj.error.model_dump(mode="json") if traj.error else None,
             "weight_versions": [t.weight_version for t in traj.turns],
         },
@@ -92,7 +104,7 @@ def to_rollout_batch(trajs: Sequence[Trajectory], *, pad_token_id: int = 0) -> l
     for t in trajs:
         if t.ok and t.reward is not None:
             ok_rewards.setdefault(t.group_id, []).append(float(t.reward))
-    for t, r in zip(trajs, results):
+    for t, r in zip(trajs, results, strict=True):
         if not t.ok and ok_rewards.get(t.group_id):
             group = ok_rewards[t.group_id]
             r["total_reward"] = sum(group) / len(group)
@@ -134,16 +146,18 @@ def to_nemo_gym_run_response(traj: Trajectory) -> dict[str, Any]:
     generation_log_probs (on the last item of each model call, one carrier per call, as NeMo RL's
     contiguity check expects), and `reward` (null for failed episodes, with `error`)."""
     row = traj.task.row
-    items = [dict(m) for m in traj.messages[_input_len(traj):]]
+    items = [dict(m) for m in traj.messages[_input_len(traj) :]]
     # A failed episode carries no token data: nothing of it may be trained on.
     turns = traj.turns if traj.ok else []
     groups = _model_call_groups(items) if turns else []
     if len(groups) != len(turns):
         raise ProtocolError(
             f"the transcript holds {len(groups)} model calls but the trajectory has {len(turns)} turns",
-            component="trainer", field="messages")
+            component="trainer",
+            field="messages",
+        )
     segments(turns)  # fail here, naming the turn, rather than in the trainer
-    for group, turn in zip(groups, turns):
+    for group, turn in zip(groups, turns, strict=True):
         carrier = items[group[-1]]
         carrier["prompt_token_ids"] = list(turn.prompt_token_ids)
         carrier["generation_token_ids"] = list(turn.generation_token_ids)
@@ -161,10 +175,12 @@ def to_nemo_gym_run_response(traj: Trajectory) -> dict[str, Any]:
         "status": "completed" if traj.ok else "failed",
     }
     env_fields = {k: v for k, v in row.items() if k not in ("responses_create_params",)}
-    out: dict[str, Any] = {**env_fields, "responses_create_params": params, "response": response,
-                           "reward": traj.reward}
+    out: dict[str, Any] = {**env_fields, "responses_create_params": params, "response": response, "reward": traj.reward}
     if traj.reward_components:
         out["reward_components"] = dict(traj.reward_components)
-    out["rollgate"] = {"trajectory_id": traj.trajectory_id, "outcome": traj.outcome.value,
-                       "error": traj.error.model_dump(mode="json") if traj.error else None}
+    out["rollgate"] = {
+        "trajectory_id": traj.trajectory_id,
+        "outcome": traj.outcome.value,
+        "error": traj.error.model_dump(mode="json") if traj.error else None,
+    }
     return out

@@ -15,56 +15,71 @@ import pyarrow.parquet as pq
 from rollgate.core import jsonutil
 from rollgate.core.schemas import Trajectory
 
-TURN_TYPE = pa.struct([
-    ("prompt_token_ids", pa.list_(pa.int32())),
-    ("generation_token_ids", pa.list_(pa.int32())),
-    # float64 keeps the log-probs bit-exact through a round trip (importance ratios depend on them).
-    ("generation_log_probs", pa.list_(pa.float64())),
-    ("finish_reason", pa.string()),
-    ("weight_version", pa.string()),
-])
+TURN_TYPE = pa.struct(
+    [
+        ("prompt_token_ids", pa.list_(pa.int32())),
+        ("generation_token_ids", pa.list_(pa.int32())),
+        # float64 keeps the log-probs bit-exact through a round trip (importance ratios depend on them).
+        ("generation_log_probs", pa.list_(pa.float64())),
+        ("finish_reason", pa.string()),
+        ("weight_version", pa.string()),
+    ]
+)
 TIMINGS_TYPE = pa.struct([(k, pa.float64()) for k in ("total_s", "model_s", "tools_s", "verify_s", "seed_s")])
 
-SCHEMA = pa.schema([
-    ("schema_version", pa.int32()),
-    ("trajectory_id", pa.string()),
-    ("group_id", pa.string()),
-    ("sample_index", pa.int32()),
-    ("job_id", pa.string()),
-    ("env", pa.string()),
-    ("task_id", pa.string()),
-    ("seed", pa.int64()),
-    ("model", pa.string()),
-    ("policy_version", pa.string()),
-    ("outcome", pa.string()),
-    ("reward", pa.float64()),
-    ("reward_components", pa.map_(pa.string(), pa.float64())),
-    ("error_kind", pa.string()),
-    ("error_message", pa.string()),
-    ("error_component", pa.string()),
-    ("error_field", pa.string()),
-    ("num_turns", pa.int32()),
-    ("prompt_tokens", pa.int32()),
-    ("generated_tokens", pa.int32()),
-    ("turns", pa.list_(TURN_TYPE)),
-    ("timings", TIMINGS_TYPE),
-    ("messages_json", pa.string()),
-    ("task_row_json", pa.string()),
-    ("sampling_json", pa.string()),
-    ("metrics_json", pa.string()),
-], metadata={b"rollgate.format": b"trajectories"})
+SCHEMA = pa.schema(
+    [
+        ("schema_version", pa.int32()),
+        ("trajectory_id", pa.string()),
+        ("group_id", pa.string()),
+        ("sample_index", pa.int32()),
+        ("job_id", pa.string()),
+        ("env", pa.string()),
+        ("task_id", pa.string()),
+        ("seed", pa.int64()),
+        ("model", pa.string()),
+        ("policy_version", pa.string()),
+        ("outcome", pa.string()),
+        ("reward", pa.float64()),
+        ("reward_components", pa.map_(pa.string(), pa.float64())),
+        ("error_kind", pa.string()),
+        ("error_message", pa.string()),
+        ("error_component", pa.string()),
+        ("error_field", pa.string()),
+        ("num_turns", pa.int32()),
+        ("prompt_tokens", pa.int32()),
+        ("generated_tokens", pa.int32()),
+        ("turns", pa.list_(TURN_TYPE)),
+        ("timings", TIMINGS_TYPE),
+        ("messages_json", pa.string()),
+        ("task_row_json", pa.string()),
+        ("sampling_json", pa.string()),
+        ("metrics_json", pa.string()),
+    ],
+    metadata={b"rollgate.format": b"trajectories"},
+)
 
 
 def to_row(t: Trajectory) -> dict[str, Any]:
     err = t.error
     return {
-        "schema_version": t.schema_version, "trajectory_id": t.trajectory_id, "group_id": t.group_id,
-        "sample_index": t.sample_index, "job_id": t.job_id, "env": t.task.env, "task_id": t.task.task_id,
-        "seed": t.task.seed, "model": t.policy.model, "policy_version": t.policy.policy_version,
-        "outcome": t.outcome.value, "reward": t.reward,
+        "schema_version": t.schema_version,
+        "trajectory_id": t.trajectory_id,
+        "group_id": t.group_id,
+        "sample_index": t.sample_index,
+        "job_id": t.job_id,
+        "env": t.task.env,
+        "task_id": t.task.task_id,
+        "seed": t.task.seed,
+        "model": t.policy.model,
+        "policy_version": t.policy.policy_version,
+        "outcome": t.outcome.value,
+        "reward": t.reward,
         "reward_components": list(t.reward_components.items()) if t.reward_components is not None else None,
-        "error_kind": err.kind.value if err else None, "error_message": err.message if err else None,
-        "error_component": err.component if err else None, "error_field": err.field if err else None,
+        "error_kind": err.kind.value if err else None,
+        "error_message": err.message if err else None,
+        "error_component": err.component if err else None,
+        "error_field": err.field if err else None,
         "num_turns": len(t.turns),
         "prompt_tokens": len(t.turns[0].prompt_token_ids) if t.turns else 0,
         "generated_tokens": sum(len(x.generation_token_ids) for x in t.turns),
@@ -80,21 +95,41 @@ def to_row(t: Trajectory) -> dict[str, Any]:
 def from_row(r: dict[str, Any]) -> Trajectory:
     error = None
     if r.get("error_kind"):
-        error = {"kind": r["error_kind"], "message": r["error_message"], "component": r["error_component"],
-                 "field": r.get("error_field")}
+        error = {
+            "kind": r["error_kind"],
+            "message": r["error_message"],
+            "component": r["error_component"],
+            "field": r.get("error_field"),
+        }
     comps = r.get("reward_components")
-    return Trajectory.model_validate({
-        "schema_version": r["schema_version"], "trajectory_id": r["trajectory_id"], "group_id": r["group_id"],
-        "sample_index": r["sample_index"], "job_id": r["job_id"],
-        "task": {"env": r["env"], "task_id": r["task_id"], "seed": r["seed"],
-                 "row": jsonutil.loads(r["task_row_json"])},
-        "policy": {"model": r["model"], "policy_version": r["policy_version"],
-                   "sampling": jsonutil.loads(r["sampling_json"])},
-        "messages": jsonutil.loads(r["messages_json"]), "turns": r["turns"], "reward": r["reward"],
-        "reward_components": dict(comps) if comps is not None else None,
-        "metrics": jsonutil.loads(r["metrics_json"]), "outcome": r["outcome"], "error": error,
-        "timings": r["timings"],
-    })
+    return Trajectory.model_validate(
+        {
+            "schema_version": r["schema_version"],
+            "trajectory_id": r["trajectory_id"],
+            "group_id": r["group_id"],
+            "sample_index": r["sample_index"],
+            "job_id": r["job_id"],
+            "task": {
+                "env": r["env"],
+                "task_id": r["task_id"],
+                "seed": r["seed"],
+                "row": jsonutil.loads(r["task_row_json"]),
+            },
+            "policy": {
+                "model": r["model"],
+                "policy_version": r["policy_version"],
+                "sampling": jsonutil.loads(r["sampling_json"]),
+            },
+            "messages": jsonutil.loads(r["messages_json"]),
+            "turns": r["turns"],
+            "reward": r["reward"],
+            "reward_components": dict(comps) if comps is not None else None,
+            "metrics": jsonutil.loads(r["metrics_json"]),
+            "outcome": r["outcome"],
+            "error": error,
+            "timings": r["timings"],
+        }
+    )
 
 
 def write_parquet(trajs: Iterable[Trajectory], path: Path, *, batch_rows: int = 256) -> int:

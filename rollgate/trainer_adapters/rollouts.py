@@ -15,15 +15,20 @@ from typing import Any, Protocol
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import ProtocolError
-from rollgate.core.schemas import (ErrorInfo, FailureRecord, Outcome, PolicyRef, TaskRef, TaskRow,
-                                   Trajectory)
+from rollgate.core.schemas import ErrorInfo, FailureRecord, Outcome, PolicyRef, TaskRef, TaskRow, Trajectory
 
 log = logging.getLogger(__name__)
 
 
 class RolloutSource(Protocol):
-    async def collect(self, rows: Sequence[dict[str, Any]], repeats: Sequence[int], *,
-                      sampling: dict[str, Any], policy_version: str | None) -> list[list[Trajectory]]: ...
+    async def collect(
+        self,
+        rows: Sequence[dict[str, Any]],
+        repeats: Sequence[int],
+        *,
+        sampling: dict[str, Any],
+        policy_version: str | None,
+    ) -> list[list[Trajectory]]: ...
 
 
 def row_key(row: dict[str, Any]) -> str:
@@ -50,34 +55,39 @@ class AgentRollouts:
 
         job = f"job_{uuid.uuid4().hex[:12]}"
         coros = []
-        for i, (row, k) in enumerate(zip(rows, repeats)):
+        for i, (row, k) in enumerate(zip(rows, repeats, strict=True)):
             group = f"grp_{job}_{i}"
             for j in range(k):
-                ctx = RunContext(job_id=job, group_id=group, sample_index=j, policy_version=policy_version,
-                                 sampling=dict(sampling))
+                ctx = RunContext(
+                    job_id=job, group_id=group, sample_index=j, policy_version=policy_version, sampling=dict(sampling)
+                )
                 coros.append(self._one(row, ctx))
         flat = await asyncio.gather(*coros)
         out, pos = [], 0
         for k in repeats:
-            out.append(list(flat[pos:pos + k]))
+            out.append(list(flat[pos : pos + k]))
             pos += k
         return out
 
 
 def _failed(row: dict[str, Any], error: ErrorInfo, job_id: str, sample_index: int) -> Trajectory:
     """A task the gateway refused, as a trajectory with an error outcome (never a reward)."""
-    return Trajectory(group_id=f"grp_{job_id}", sample_index=sample_index, job_id=job_id,
-                      task=TaskRef(env=str(row.get("env") or "unknown"), task_id=str(row.get("task_id") or ""),
-                                   row=row),
-                      policy=PolicyRef(model="unknown"), outcome=Outcome.env_error, error=error)
+    return Trajectory(
+        group_id=f"grp_{job_id}",
+        sample_index=sample_index,
+        job_id=job_id,
+        task=TaskRef(env=str(row.get("env") or "unknown"), task_id=str(row.get("task_id") or ""), row=row),
+        policy=PolicyRef(model="unknown"),
+        outcome=Outcome.env_error,
+        error=error,
+    )
 
 
 class GatewayRollouts:
     """The distributed shape: a rollout job on a Rollgate gateway (POST /v1/rollouts, then its
     NDJSON results stream, resumed by cursor after a disconnect: rollgate.gateway.client)."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, env: str | None = None,
-                 timeout_s: float = 3600.0):
+    def __init__(self, base_url: str, *, api_key: str | None = None, env: str | None = None, timeout_s: float = 3600.0):
         self.base_url = base_url
         self.api_key = api_key
         self.env = env
@@ -91,8 +101,12 @@ class GatewayRollouts:
             if k > 0:
                 by_count.setdefault(k, []).append(i)
         async with asyncio.timeout(self.timeout_s):
-            await asyncio.gather(*(asyncio.to_thread(self._job, [rows[i] for i in idx], idx, k, sampling,
-                                                     policy_version, out) for k, idx in by_count.items()))
+            await asyncio.gather(
+                *(
+                    asyncio.to_thread(self._job, [rows[i] for i in idx], idx, k, sampling, policy_version, out)
+                    for k, idx in by_count.items()
+                )
+            )
         missing = sum(t is None for r in out for t in r)
         if missing:
             raise ProtocolError(f"the gateway's job ended with {missing} samples missing", component="gateway")
@@ -102,8 +116,9 @@ class GatewayRollouts:
         from rollgate.gateway.client import RolloutClient
 
         with RolloutClient(self.base_url, api_key=self.api_key) as client:
-            job = client.submit(list(rows), env=self.env, repeats=repeats, sampling=sampling,
-                                policy_version=policy_version)
+            job = client.submit(
+                list(rows), env=self.env, repeats=repeats, sampling=sampling, policy_version=policy_version
+            )
             keys = {row_key(r): n for n, r in enumerate(rows)}
             for line in client.results(job["job_id"]):
                 if line.get("type") in ("trajectory", "failure"):
@@ -123,6 +138,5 @@ class GatewayRollouts:
         traj = Trajectory.model_validate(rec)
         n = keys.get(jsonutil.dumps(traj.task.row).decode())
         if n is None:
-            raise ProtocolError("a result's task row matches no submitted row", component="gateway",
-                                field="task.row")
+            raise ProtocolError("a result's task row matches no submitted row", component="gateway", field="task.row")
         out[slots[n]][traj.sample_index] = traj

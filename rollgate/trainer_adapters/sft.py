@@ -58,8 +58,11 @@ def chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             msg = assistant()
             msg["reasoning_content"] = msg.get("reasoning_content", "") + text
         elif kind == "function_call":
-            call = {"id": item.get("call_id") or item.get("id"), "type": "function",
-                    "function": {"name": item.get("name"), "arguments": _arguments(item.get("arguments"))}}
+            call = {
+                "id": item.get("call_id") or item.get("id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": _arguments(item.get("arguments"))},
+            }
             assistant().setdefault("tool_calls", []).append(call)
         elif kind == "function_call_output":
             open_assistant = None
@@ -99,6 +102,5 @@ def to_sft_record(traj: Trajectory) -> dict[str, Any]:
     tools = chat_tools(traj.task.row)
     if tools:
         record["tools"] = tools
-    record.update(trajectory_id=traj.trajectory_id, env=traj.task.env, task_id=traj.task.task_id,
-                  reward=traj.reward)
+    record.update(trajectory_id=traj.trajectory_id, env=traj.task.env, task_id=traj.task.task_id, reward=traj.reward)
     return record

@@ -65,12 +65,21 @@ def segments(turns: Sequence[Turn]) -> list[Segment]:
     for k, turn in enumerate(turns):
         prompt = turn.prompt_token_ids
         if prompt[: len(seen)] != seen:
-            where = next((i for i, (a, b) in enumerate(zip(prompt, seen)) if a != b), min(len(prompt), len(seen)))
+            where = next(
+                (i for i, (a, b) in enumerate(zip(prompt, seen, strict=False)) if a != b), min(len(prompt), len(seen))
+            )
             raise ContiguityError(
-                k, f"turn {k}'s prompt does not extend the previous turns: it has {len(prompt)} tokens, "
-                   f"the history has {len(seen)}, first difference at position {where}")
-        out.append(Segment(list(prompt[len(seen):]), list(turn.generation_token_ids),
-                           [float(x) for x in turn.generation_log_probs]))
+                k,
+                f"turn {k}'s prompt does not extend the previous turns: it has {len(prompt)} tokens, "
+                f"the history has {len(seen)}, first difference at position {where}",
+            )
+        out.append(
+            Segment(
+                list(prompt[len(seen) :]),
+                list(turn.generation_token_ids),
+                [float(x) for x in turn.generation_log_probs],
+            )
+        )
         seen = list(prompt) + list(turn.generation_token_ids)
     return out
 
@@ -92,8 +101,9 @@ def flatten(turns: Sequence[Turn]) -> TokenSequence:
     return seq
 
 
-def trainable_sequence(traj: Trajectory, *, filler_token_id: int,
-                       max_completion_tokens: int | None = None) -> TokenSequence:
+def trainable_sequence(
+    traj: Trajectory, *, filler_token_id: int, max_completion_tokens: int | None = None
+) -> TokenSequence:
     """The sequence a trainer should see. A failed episode (error outcome, or one with no turns)
     becomes a fully masked placeholder, so it can never train as if its reward were 0."""
     if not traj.ok or not traj.turns:

@@ -67,9 +67,12 @@ class TaskIndex:
             key = prompt_key(prompt)
             if key in self._rows:
                 if row_key(self._rows[key]) != row_key(task):
-                    raise BadRequest(f"task rows {n} and an earlier one share a prompt but differ; TRL passes "
-                                     "only prompts to rollout_func, so make the prompts distinct",
-                                     component="trainer", field=f"rows[{n}]")
+                    raise BadRequest(
+                        f"task rows {n} and an earlier one share a prompt but differ; TRL passes "
+                        "only prompts to rollout_func, so make the prompts distinct",
+                        component="trainer",
+                        field=f"rows[{n}]",
+                    )
                 continue
             self._rows[key] = task
             self._prompts.append(prompt)
@@ -80,16 +83,24 @@ class TaskIndex:
     def resolve(self, prompt: Any) -> dict[str, Any]:
         row = self._rows.get(prompt_key(prompt))
         if row is None:
-            raise BadRequest("a prompt from the trainer matches no task row of this TaskIndex (is the "
-                             "train_dataset the one from .dataset()?)", component="trainer", field="prompt")
+            raise BadRequest(
+                "a prompt from the trainer matches no task row of this TaskIndex (is the "
+                "train_dataset the one from .dataset()?)",
+                component="trainer",
+                field="prompt",
+            )
         return row
 
     def dataset(self):
         """A `datasets.Dataset` with the `prompt` column GRPOTrainer reads."""
         from datasets import Dataset
 
-        return Dataset.from_dict({"prompt": self._prompts,
-                                  "task_id": [str(self._rows[prompt_key(p)].get("task_id", "")) for p in self._prompts]})
+        return Dataset.from_dict(
+            {
+                "prompt": self._prompts,
+                "task_id": [str(self._rows[prompt_key(p)].get("task_id", "")) for p in self._prompts],
+            }
+        )
 
 
 class _LoopThread:
@@ -112,10 +123,17 @@ class _LoopThread:
 class RollgateRolloutFunc:
     """The callable passed as `GRPOTrainer(rollout_func=...)`."""
 
-    def __init__(self, source: RolloutSource, tasks: TaskIndex, *, sampling: dict[str, Any] | None = None,
-                 max_completion_length: int | None = None,
-                 on_policy_version: Callable[[str], None] | None = None,
-                 filler_token_id: int | None = None, timeout_s: float | None = 3600.0):
+    def __init__(
+        self,
+        source: RolloutSource,
+        tasks: TaskIndex,
+        *,
+        sampling: dict[str, Any] | None = None,
+        max_completion_length: int | None = None,
+        on_policy_version: Callable[[str], None] | None = None,
+        filler_token_id: int | None = None,
+        timeout_s: float | None = 3600.0,
+    ):
         self.source = source
         self.tasks = tasks
         self.sampling = dict(sampling or {})
@@ -159,11 +177,12 @@ class RollgateRolloutFunc:
         if version is not None and self.on_policy_version is not None:
             self.on_policy_version(version)  # tag generations with the weights they came from
         rows, slots, order = self._plan(prompts)
-        results = self.run_async(self.source.collect(rows, [len(s) for s in slots], sampling=sampling,
-                                                     policy_version=version))
+        results = self.run_async(
+            self.source.collect(rows, [len(s) for s in slots], sampling=sampling, policy_version=version)
+        )
         trajs: list[Trajectory] = [None] * len(prompts)  # type: ignore[list-item]
-        for row_slots, row_trajs in zip(slots, results):
-            for pos, traj in zip(row_slots, row_trajs):
+        for row_slots, row_trajs in zip(slots, results, strict=True):
+            for pos, traj in zip(row_slots, row_trajs, strict=True):
                 trajs[pos] = traj
         self.batches += 1
         self.last_trajectories = trajs
@@ -184,11 +203,23 @@ class RollgateRolloutFunc:
         return rows, slots, list(index)
 
     @staticmethod
-    def to_trl(trajs: Sequence[Trajectory], *, max_completion_length: int | None,
-               filler_token_id: int) -> dict[str, list[Any]]:
-        out: dict[str, list[Any]] = {k: [] for k in (
-            "prompt_ids", "completion_ids", "logprobs", "env_mask", "rollgate_reward",
-            "rollgate_reward_components", "rollgate_outcome", "rollgate_trajectory_id", "rollgate_turns")}
+    def to_trl(
+        trajs: Sequence[Trajectory], *, max_completion_length: int | None, filler_token_id: int
+    ) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = {
+            k: []
+            for k in (
+                "prompt_ids",
+                "completion_ids",
+                "logprobs",
+                "env_mask",
+                "rollgate_reward",
+                "rollgate_reward_components",
+                "rollgate_outcome",
+                "rollgate_trajectory_id",
+                "rollgate_turns",
+            )
+        }
         failed = 0
         for t in trajs:
             seq = trainable_sequence(t, filler_token_id=filler_token_id, max_completion_tokens=max_completion_length)
@@ -212,12 +243,16 @@ def make_rollout_func(rows: Sequence[dict[str, Any]], source: RolloutSource, **k
     return RollgateRolloutFunc(source, TaskIndex(rows), **kwargs)
 
 
-def rollgate_reward(prompts: Any = None, completions: Any = None, rollgate_reward: Any = None,
-                    **_: Any) -> list[float | None]:
+def rollgate_reward(
+    prompts: Any = None, completions: Any = None, rollgate_reward: Any = None, **_: Any
+) -> list[float | None]:
     """The episode's verified reward (None for failed episodes: TRL skips them)."""
     if rollgate_reward is None:
-        raise BadRequest("rollgate_reward needs the rollout_func from rollgate.trainer_adapters.trl",
-                         component="trainer", field="rollgate_reward")
+        raise BadRequest(
+            "rollgate_reward needs the rollout_func from rollgate.trainer_adapters.trl",
+            component="trainer",
+            field="rollgate_reward",
+        )
     return list(rollgate_reward)
 
 
@@ -225,11 +260,15 @@ def reward_component(name: str) -> Callable[..., list[float | None]]:
     """A reward function for one named component (use these *instead of* rollgate_reward, with
     GRPOConfig.reward_weights, to weight components; both together would count the reward twice)."""
 
-    def component(prompts: Any = None, completions: Any = None, rollgate_reward_components: Any = None,
-                  **_: Any) -> list[float | None]:
+    def component(
+        prompts: Any = None, completions: Any = None, rollgate_reward_components: Any = None, **_: Any
+    ) -> list[float | None]:
         if rollgate_reward_components is None:
-            raise BadRequest("reward components need the Rollgate rollout_func", component="trainer",
-                             field="rollgate_reward_components")
+            raise BadRequest(
+                "reward components need the Rollgate rollout_func",
+                component="trainer",
+                field="rollgate_reward_components",
+            )
         return [None if c is None else float(c.get(name, 0.0)) for c in rollgate_reward_components]
 
     component.__name__ = f"rollgate_{name}"

@@ -12,11 +12,23 @@ from importlib import metadata
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from rollgate.trainer_adapters.trl import (RollgateRolloutFunc, TaskIndex, make_rollout_func, reward_component,
-                                           rollgate_reward)
+from rollgate.trainer_adapters.trl import (
+    RollgateRolloutFunc,
+    TaskIndex,
+    make_rollout_func,
+    reward_component,
+    rollgate_reward,
+)
 
-__all__ = ["UNSLOTH_TRL_SPEC", "trl_version_problem", "make_rollout_func", "RollgateRolloutFunc", "TaskIndex",
-           "rollgate_reward", "reward_component"]
+__all__ = [
+    "UNSLOTH_TRL_SPEC",
+    "trl_version_problem",
+    "make_rollout_func",
+    "RollgateRolloutFunc",
+    "TaskIndex",
+    "rollgate_reward",
+    "reward_component",
+]
 
 # Declared by unsloth 2026.10.9 (Requires-Dist: trl!=0.19.0,<=1.15.0,>=0.18.2). `rollout_func`
 # with the `env_mask` extra field exists from TRL 1.0 on, which narrows what this adapter can use.
@@ -35,6 +47,8 @@ def trl_version_problem(trl_version: str | None = None) -> str | None:
     if v not in ADAPTER_TRL_SPEC:
         return f"trl {v} has no rollout_func/env_mask; the Rollgate adapter needs trl{ADAPTER_TRL_SPEC}"
     if v not in UNSLOTH_TRL_SPEC:
-        return (f"trl {v} is outside the range unsloth declares (trl{UNSLOTH_TRL_SPEC}); "
-                f"install trl>=1.0,<=1.15.0 next to unsloth")
+        return (
+            f"trl {v} is outside the range unsloth declares (trl{UNSLOTH_TRL_SPEC}); "
+            f"install trl>=1.0,<=1.15.0 next to unsloth"
+        )
     return None

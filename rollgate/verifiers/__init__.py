@@ -14,11 +14,21 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "extract_final_answer": "answers", "gate": "compose", "weighted_sum": "compose",
-    "check_equivalence": "math_equiv", "math_equivalent": "math_equiv", "compare_state": "state",
-    "state_matches": "state", "exact_match": "strings", "normalize_text": "strings",
-    "normalized_match": "strings", "check_json_schema": "structured", "parse_json_output": "structured",
-    "compare_tool_calls": "toolcalls", "function_calls": "toolcalls", "LLMJudge": "judge",
+    "extract_final_answer": "answers",
+    "gate": "compose",
+    "weighted_sum": "compose",
+    "check_equivalence": "math_equiv",
+    "math_equivalent": "math_equiv",
+    "compare_state": "state",
+    "state_matches": "state",
+    "exact_match": "strings",
+    "normalize_text": "strings",
+    "normalized_match": "strings",
+    "check_json_schema": "structured",
+    "parse_json_output": "structured",
+    "compare_tool_calls": "toolcalls",
+    "function_calls": "toolcalls",
+    "LLMJudge": "judge",
 }
 __all__ = sorted(_EXPORTS)
 

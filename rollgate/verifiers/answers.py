@@ -24,7 +24,7 @@ def extract_boxed(text: str) -> str | None:
     while j < len(text) and depth:
         depth += {"{": 1, "}": -1}.get(text[j], 0)
         j += 1
-    return text[i:j - 1].strip() if depth == 0 else None
+    return text[i : j - 1].strip() if depth == 0 else None
 
 
 def extract_answer_line(text: str) -> str | None:

@@ -15,8 +15,9 @@ from typing import Any
 from rollgate.core.schemas import VerifyResult
 
 
-def weighted_sum(scores: Mapping[str, float], weights: Mapping[str, float] | None = None, *,
-                 metrics: dict[str, Any] | None = None) -> VerifyResult:
+def weighted_sum(
+    scores: Mapping[str, float], weights: Mapping[str, float] | None = None, *, metrics: dict[str, Any] | None = None
+) -> VerifyResult:
     """Each component is weight * score (weight 1 where none is given); the reward is their sum."""
     weights = weights or {}
     unknown = set(weights) - set(scores)
@@ -28,8 +29,9 @@ def weighted_sum(scores: Mapping[str, float], weights: Mapping[str, float] | Non
         if not math.isfinite(value):
             raise ValueError(f"reward term {name!r} is not a finite number ({score!r})")
         components[name] = value
-    return VerifyResult(reward=math.fsum(components.values()), reward_components=components,
-                        metrics=dict(metrics or {}))
+    return VerifyResult(
+        reward=math.fsum(components.values()), reward_components=components, metrics=dict(metrics or {})
+    )
 
 
 def gate(passed: bool, result: VerifyResult, *, name: str = "gate") -> VerifyResult:

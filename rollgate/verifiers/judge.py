@@ -66,8 +66,7 @@ def parse_score(text: str, *, min_score: float = 0, max_score: float = 10) -> fl
         if found:
             value = float(found[-1])
             if not min_score <= value <= max_score:
-                raise JudgeError(f"judge score {value:g} is outside {min_score:g}..{max_score:g}",
-                                 component="verify")
+                raise JudgeError(f"judge score {value:g} is outside {min_score:g}..{max_score:g}", component="verify")
             return value
     raise JudgeError(f"judge answer holds no score: {text[:200]!r}", component="verify")
 
@@ -76,9 +75,18 @@ class LLMJudge:
     """Scores a response with a judge model. `client` is any ModelClient (HttpModelClient for a
     remote endpoint, LocalModelClient for the embedded model server)."""
 
-    def __init__(self, client: ModelClient, *, model: str, prompt: str = DEFAULT_PROMPT,
-                 min_score: float = 0, max_score: float = 10, max_output_tokens: int = 512,
-                 timeout_s: float = 60.0, sampling: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        client: ModelClient,
+        *,
+        model: str,
+        prompt: str = DEFAULT_PROMPT,
+        min_score: float = 0,
+        max_score: float = 10,
+        max_output_tokens: int = 512,
+        timeout_s: float = 60.0,
+        sampling: dict[str, Any] | None = None,
+    ):
         if max_score <= min_score:
             raise ValueError("max_score must be larger than min_score")
         self.client = client
@@ -91,11 +99,20 @@ class LLMJudge:
         self.sampling = {"temperature": 0.0, **(sampling or {})}
 
     def build_request(self, question: str, response: str, reference: str | None = None) -> dict[str, Any]:
-        text = self.prompt.format(question=question, response=response, reference=reference or "",
-                                  reference_hint=" and the reference" if reference else "",
-                                  min_score=f"{self.min_score:g}", max_score=f"{self.max_score:g}")
-        return {"model": self.model, "input": [{"role": "user", "content": text}],
-                "max_output_tokens": self.max_output_tokens, **self.sampling}
+        text = self.prompt.format(
+            question=question,
+            response=response,
+            reference=reference or "",
+            reference_hint=" and the reference" if reference else "",
+            min_score=f"{self.min_score:g}",
+            max_score=f"{self.max_score:g}",
+        )
+        return {
+            "model": self.model,
+            "input": [{"role": "user", "content": text}],
+            "max_output_tokens": self.max_output_tokens,
+            **self.sampling,
+        }
 
     async def score(self, *, question: str, response: str, reference: str | None = None) -> JudgeVerdict:
         """Ask the judge; transport failures propagate as UpstreamError, bad answers as JudgeError."""

@@ -54,8 +54,9 @@ def _numeric(text: str) -> int | Fraction | float | None:
         return None
 
 
-def constant_equivalence(given: str, expected: str, *, rel_tol: float = 1e-6,
-                         abs_tol: float = 1e-9) -> Equivalence | None:
+def constant_equivalence(
+    given: str, expected: str, *, rel_tol: float = 1e-6, abs_tol: float = 1e-9
+) -> Equivalence | None:
     """Two constant answers compared exactly (fractions) or within tolerance (floats), without
     sympy; None when either side is not a constant. mathexpr's bounds keep it cheap (the
     calculator runs the same evaluator inline), so callers may run it on the event loop."""
@@ -89,7 +90,7 @@ def _compare(given: str, expected: str, rel_tol: float, abs_tol: float) -> Equiv
     if len(free) > len(_SAMPLES[0]):
         return Equivalence(False, "too many variables")
     for point in _SAMPLES:
-        subs = dict(zip(free, point))
+        subs = dict(zip(free, point, strict=False))  # a sample point has spare coordinates
         try:
             a, b = complex(sympy.N(got.subs(subs), 30)), complex(sympy.N(want.subs(subs), 30))
         except (TypeError, ValueError, OverflowError):
@@ -99,8 +100,9 @@ def _compare(given: str, expected: str, rel_tol: float, abs_tol: float) -> Equiv
     return Equivalence(True, "symbolic")
 
 
-def check_equivalence(given: str, expected: str, *, rel_tol: float = 1e-6, abs_tol: float = 1e-9,
-                      timeout_s: float = 5.0) -> Equivalence:
+def check_equivalence(
+    given: str, expected: str, *, rel_tol: float = 1e-6, abs_tol: float = 1e-9, timeout_s: float = 5.0
+) -> Equivalence:
     """Compare an answer with the expected one. A malformed `expected` is a ValueError (bad data);
     a malformed `given` is simply not equal."""
     fast = constant_equivalence(given, expected, rel_tol=rel_tol, abs_tol=abs_tol)

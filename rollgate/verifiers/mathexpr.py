@@ -32,8 +32,15 @@ _BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
 _UNARY = (ast.USub, ast.UAdd)
 # Numeric functions of the calculator; name -> (min args, max args).
 FUNCTIONS: dict[str, tuple[int, int]] = {
-    "sqrt": (1, 1), "abs": (1, 1), "round": (1, 2), "floor": (1, 1), "ceil": (1, 1),
-    "min": (1, 8), "max": (1, 8), "log": (1, 2), "exp": (1, 1),
+    "sqrt": (1, 1),
+    "abs": (1, 1),
+    "round": (1, 2),
+    "floor": (1, 1),
+    "ceil": (1, 1),
+    "min": (1, 8),
+    "max": (1, 8),
+    "log": (1, 2),
+    "exp": (1, 1),
 }
 CONSTANTS = {"pi": math.pi, "e": math.e}
 
@@ -89,9 +96,7 @@ def parse(text: str, *, symbols: bool = False, latex: bool = False) -> ast.expr:
         tree = ast.parse(src, mode="eval")
     except SyntaxError as exc:
         raise ExprError(f"not a valid expression ({exc.msg})") from None
-    count = 0
-    for node in ast.walk(tree):
-        count += 1
+    for count, node in enumerate(ast.walk(tree), start=1):
         if count > MAX_NODES:
             raise ExprError(f"expression has more than {MAX_NODES} parts")
         _check_node(node, symbols)
@@ -99,7 +104,7 @@ def parse(text: str, *, symbols: bool = False, latex: bool = False) -> ast.expr:
 
 
 def _check_node(node: ast.AST, symbols: bool) -> None:
-    if isinstance(node, (ast.Expression, ast.Load)) or isinstance(node, _BINOPS + _UNARY):
+    if isinstance(node, (ast.Expression, ast.Load, _BINOPS + _UNARY)):
         return
     if isinstance(node, ast.BinOp):
         if not isinstance(node.op, _BINOPS):
@@ -275,9 +280,16 @@ def to_sympy(node: ast.expr) -> Any:
     if isinstance(node, ast.Call):
         name = node.func.id  # type: ignore[attr-defined]
         args = [to_sympy(a) for a in node.args]
-        table = {"sqrt": sympy.sqrt, "abs": sympy.Abs, "floor": sympy.floor, "ceil": sympy.ceiling,
-                 "exp": sympy.exp, "min": sympy.Min, "max": sympy.Max,
-                 "log": lambda x, b=None: sympy.log(x) if b is None else sympy.log(x, b)}
+        table = {
+            "sqrt": sympy.sqrt,
+            "abs": sympy.Abs,
+            "floor": sympy.floor,
+            "ceil": sympy.ceiling,
+            "exp": sympy.exp,
+            "min": sympy.Min,
+            "max": sympy.Max,
+            "log": lambda x, b=None: sympy.log(x) if b is None else sympy.log(x, b),
+        }
         if name not in table:
             raise ExprError(f"{name} is not supported in answers")
         return table[name](*args)

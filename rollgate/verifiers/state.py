@@ -52,14 +52,16 @@ def compare_state(expected: Any, actual: Any, *, list_mode: ListMode = "subset",
             if len(expected) != len(actual):
                 return [Mismatch(path, f"expected {len(expected)} items, got {len(actual)}", expected, actual)]
             out = []
-            for i, (e, a) in enumerate(zip(expected, actual)):
+            for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
                 out.extend(compare_state(e, a, list_mode=list_mode, path=f"{path}[{i}]"))
             return out
         used: set[int] = set()
         out = []
         for i, e in enumerate(expected):
-            hit = next((j for j, a in enumerate(actual)
-                        if j not in used and not compare_state(e, a, list_mode=list_mode)), None)
+            hit = next(
+                (j for j, a in enumerate(actual) if j not in used and not compare_state(e, a, list_mode=list_mode)),
+                None,
+            )
             if hit is None:
                 out.append(Mismatch(f"{path}[{i}]", "no matching item", e, None))
             else:

@@ -48,8 +48,11 @@ def _parse_args(raw: Any) -> dict[str, Any] | None:
 
 def function_calls(items: list[dict[str, Any]]) -> list[ToolCall]:
     """The function calls of a Responses transcript or output list, in order."""
-    return [ToolCall(str(it.get("name", "")), _parse_args(it.get("arguments")))
-            for it in items if isinstance(it, dict) and it.get("type") == "function_call"]
+    return [
+        ToolCall(str(it.get("name", "")), _parse_args(it.get("arguments")))
+        for it in items
+        if isinstance(it, dict) and it.get("type") == "function_call"
+    ]
 
 
 def _as_call(spec: ToolCall | dict[str, Any]) -> ToolCall:
@@ -67,12 +70,20 @@ def _matches(expected: ToolCall, actual: ToolCall, args: Literal["exact", "subse
     return not compare_state(want, actual.arguments, list_mode="exact" if args == "exact" else "subset")
 
 
-def compare_tool_calls(actual: list[dict[str, Any]] | list[ToolCall], expected: list[dict[str, Any]] | list[ToolCall],
-                       *, ordered: bool = False, args: Literal["exact", "subset"] = "exact") -> ToolCallComparison:
+def compare_tool_calls(
+    actual: list[dict[str, Any]] | list[ToolCall],
+    expected: list[dict[str, Any]] | list[ToolCall],
+    *,
+    ordered: bool = False,
+    args: Literal["exact", "subset"] = "exact",
+) -> ToolCallComparison:
     """Match expected calls against actual ones. `ordered`: expected calls must appear in order
     (other calls may sit between them). `args="subset"`: extra actual arguments are allowed."""
-    got: list[ToolCall] = (list(actual) if all(isinstance(c, ToolCall) for c in actual)  # type: ignore[arg-type]
-                           else function_calls(actual))  # type: ignore[arg-type]
+    got: list[ToolCall] = (
+        list(actual)
+        if all(isinstance(c, ToolCall) for c in actual)  # type: ignore[arg-type]
+        else function_calls(actual)
+    )  # type: ignore[arg-type]
     want = [_as_call(e) for e in expected]
     used: set[int] = set()
     missing: list[ToolCall] = []
@@ -86,5 +97,6 @@ def compare_tool_calls(actual: list[dict[str, Any]] | list[ToolCall], expected: 
         used.add(hit)
         cursor = hit + 1
     unexpected = [c for j, c in enumerate(got) if j not in used]
-    return ToolCallComparison(expected=len(want), matched=len(want) - len(missing), missing=missing,
-                              unexpected=unexpected)
+    return ToolCallComparison(
+        expected=len(want), matched=len(want) - len(missing), missing=missing, unexpected=unexpected
+    )

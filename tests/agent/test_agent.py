@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from itertools import pairwise
 
 import pytest
 from fastapi import FastAPI
@@ -41,9 +42,15 @@ def call(name: str, **arguments) -> dict:
 
 
 def counter_row(*turns, target: int = 7, **extra) -> dict:
-    return {"responses_create_params": {"input": "count to the target",
-                                        "metadata": {"rollgate_script": script(*turns)}, **extra},
-            "env": "counter", "target": target}
+    return {
+        "responses_create_params": {
+            "input": "count to the target",
+            "metadata": {"rollgate_script": script(*turns)},
+            **extra,
+        },
+        "env": "counter",
+        "target": target,
+    }
 
 
 @pytest.fixture
@@ -53,8 +60,10 @@ def scripted_service(tiny_model_dir):
 
 
 def make_agent(model, *, envs=None, metrics=None, **agent_settings) -> Agent:
-    envs = envs or {"counter": LocalEnvClient(EnvRuntime(CounterEnv(), MemorySessionStore())),
-                    "math": LocalEnvClient(EnvRuntime(load_env("math"), MemorySessionStore()))}
+    envs = envs or {
+        "counter": LocalEnvClient(EnvRuntime(CounterEnv(), MemorySessionStore())),
+        "math": LocalEnvClient(EnvRuntime(load_env("math"), MemorySessionStore())),
+    }
     return Agent(model, envs, AgentSettings(**agent_settings), model_name="rollgate-tiny", metrics=metrics)
 
 
@@ -66,9 +75,11 @@ async def test_tool_episode_completes_with_exact_token_data(scripted_service):
     assert traj.reward == 1.5 and traj.reward_components == {"state": 1.0, "answer": 0.5}
     assert [m.get("type") for m in traj.messages].count("function_call_output") == 2
     assert len(traj.turns) == 3 and traj.metrics["token_drift"] == 0
-    for prev, cur in zip(traj.turns, traj.turns[1:]):
-        assert cur.prompt_token_ids[: len(prev.prompt_token_ids) + len(prev.generation_token_ids)] == \
-            prev.prompt_token_ids + prev.generation_token_ids
+    for prev, cur in pairwise(traj.turns):
+        assert (
+            cur.prompt_token_ids[: len(prev.prompt_token_ids) + len(prev.generation_token_ids)]
+            == prev.prompt_token_ids + prev.generation_token_ids
+        )
     # the readable transcript carries no token ids; the turns do
     assert not any("prompt_token_ids" in m for m in traj.messages)
     Trajectory.model_validate_json(traj.model_dump_json())
@@ -215,8 +226,9 @@ async def test_an_environment_dying_mid_episode_is_an_env_error(scripted_service
     async def _broken():
         from fastapi.responses import JSONResponse
 
-        return JSONResponse({"error": {"kind": "internal", "message": "disk on fire", "component": "env"}},
-                            status_code=500)
+        return JSONResponse(
+            {"error": {"kind": "internal", "message": "disk on fire", "component": "env"}}, status_code=500
+        )
 
     with serve_in_thread(app) as url:
         env = HttpEnvClient("counter", url)
@@ -230,9 +242,14 @@ async def test_an_environment_dying_mid_episode_is_an_env_error(scripted_service
 
 async def test_math_episode_over_http_with_the_calculator(scripted_service):
     runtime = EnvRuntime(load_env("math"), MemorySessionStore())
-    row = {"env": "math", "expected_answer": "42",
-           "responses_create_params": {"input": "What is 6*7?", "metadata": {"rollgate_script": script(
-               call("calculator", expression="6*7"), {"text": "Answer: 42"})}}}
+    row = {
+        "env": "math",
+        "expected_answer": "42",
+        "responses_create_params": {
+            "input": "What is 6*7?",
+            "metadata": {"rollgate_script": script(call("calculator", expression="6*7"), {"text": "Answer: 42"})},
+        },
+    }
     with serve_in_thread(create_resources_app(runtime)) as url:
         env = HttpEnvClient("math", url)
         agent = make_agent(LocalModelClient(scripted_service), envs={"math": env})
@@ -258,6 +275,8 @@ async def test_run_endpoint_answers_a_trajectory_or_nemo_gyms_shape(scripted_ser
         nemo = (await c.post("/run?format=nemo_gym", json=row)).json()
         carriers = [i for i in nemo["response"]["output"] if "generation_token_ids" in i]
         assert nemo["reward"] == 1.5 and len(carriers) == 2
-        assert carriers[1]["prompt_token_ids"][: len(carriers[0]["prompt_token_ids"])] == carriers[0]["prompt_token_ids"]
+        assert (
+            carriers[1]["prompt_token_ids"][: len(carriers[0]["prompt_token_ids"])] == carriers[0]["prompt_token_ids"]
+        )
         bad = await c.post("/run", json={"env": "counter"})
         assert bad.status_code == 400 and bad.json()["error"]["field"] == "responses_create_params"

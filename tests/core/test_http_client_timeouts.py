@@ -62,8 +62,9 @@ async def test_timeout_bounds_headers_and_body(slow_server, path):
 async def test_timeouts_are_retried_only_for_idempotent_calls(slow_server):
     app, url = slow_server
     retried = []
-    client = HttpClient(url, component="svc",
-                        retry=RetryPolicy(attempts=3, backoff_s=0.01, on_retry=lambda: retried.append(1)))
+    client = HttpClient(
+        url, component="svc", retry=RetryPolicy(attempts=3, backoff_s=0.01, on_retry=lambda: retried.append(1))
+    )
     try:
         before = app.hits.get("/slow-headers", 0)
         with pytest.raises(UpstreamTimeout):

@@ -73,8 +73,7 @@ def kustomize_cmd() -> list[str] | None:
     if shutil.which("kustomize"):
         return ["kustomize", "build"]
     kubectl = shutil.which("kubectl")
-    if kubectl and subprocess.run([kubectl, "kustomize", "--help"], capture_output=True,
-                                  timeout=60).returncode == 0:
+    if kubectl and subprocess.run([kubectl, "kustomize", "--help"], capture_output=True, timeout=60).returncode == 0:
         return [kubectl, "kustomize"]
     return None
 

@@ -24,8 +24,7 @@ API_KEY = "compose-test-key"
 
 
 def _topology():
-    return {s.name: s for s in distributed_topology(SHIPPED_ENVS, redis_url="redis://redis:6379/0",
-                                                    api_key=API_KEY)}
+    return {s.name: s for s in distributed_topology(SHIPPED_ENVS, redis_url="redis://redis:6379/0", api_key=API_KEY)}
 
 
 def _assert_matches_topology(services: dict) -> None:
@@ -74,8 +73,7 @@ def test_gpu_profile_puts_our_model_server_in_front_of_vllm():
     assert front["depends_on"]["vllm"]["condition"] == "service_healthy"
     assert unknown_settings(front["environment"]) == []
     # the agents switch to it through one documented variable
-    switched = compose_services({"ROLLGATE_API_KEY": API_KEY,
-                                 "ROLLGATE_MODEL_URL": "http://model-vllm:8200"})
+    switched = compose_services({"ROLLGATE_API_KEY": API_KEY, "ROLLGATE_MODEL_URL": "http://model-vllm:8200"})
     assert switched["agent"]["environment"]["ROLLGATE_MODEL_URL"] == "http://model-vllm:8200"
 
 
@@ -97,8 +95,9 @@ def test_compose_file_is_valid_against_the_compose_spec_schema():
     exe = str(beside_python) if beside_python.exists() else shutil.which("check-jsonschema")
     if exe is None:
         pytest.skip("check-jsonschema is not installed (pip install -e '.[dev]')")
-    out = subprocess.run([exe, "--builtin-schema", "vendor.compose-spec", str(COMPOSE)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [exe, "--builtin-schema", "vendor.compose-spec", str(COMPOSE)], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -112,11 +111,25 @@ def _docker_compose() -> str:
 def _compose_config(tmp_path, env: dict[str, str]) -> subprocess.CompletedProcess:
     env_file = tmp_path / "empty.env"
     env_file.write_text("")  # a developer's own .env must not change what is checked
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("ROLLGATE_", "VLLM_", "COMPOSE_", "PROMETHEUS_"))}
-    return subprocess.run([_docker_compose(), "-f", str(COMPOSE), "--env-file", str(env_file),
-                           "--profile", "gpu", "--profile", "monitoring", "config"],
-                          capture_output=True, text=True, timeout=120, env={**clean, **env})
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("ROLLGATE_", "VLLM_", "COMPOSE_", "PROMETHEUS_"))}
+    return subprocess.run(
+        [
+            _docker_compose(),
+            "-f",
+            str(COMPOSE),
+            "--env-file",
+            str(env_file),
+            "--profile",
+            "gpu",
+            "--profile",
+            "monitoring",
+            "config",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, **env},
+    )
 
 
 def test_docker_compose_renders_the_file_offline_as_the_topology(tmp_path):

@@ -83,14 +83,17 @@ def test_copied_sources_exist_and_pass_the_dockerignore():
             assert f"!{src}" in ignore or f"!{src.rstrip('/')}" in ignore, f".dockerignore drops {src}"
 
 
-@pytest.mark.parametrize("argv, env, port", [
-    (["rollgate", "serve", "--role", "resources", "--env", "math", "--port", "8311"], {}, 8311),
-    (["rollgate", "serve", "--role", "agent", "--port=9001"], {}, 9001),
-    (["rollgate", "serve", "--role", "model"], {}, 8200),
-    (["rollgate", "serve", "--role=resources", "--env", "code"], {}, 8300),
-    (["rollgate", "serve"], {}, 8000),
-    (["rollgate", "serve", "--role", "agent", "--port", "8100"], {"ROLLGATE_PORT": "7000"}, 7000),
-])
+@pytest.mark.parametrize(
+    "argv, env, port",
+    [
+        (["rollgate", "serve", "--role", "resources", "--env", "math", "--port", "8311"], {}, 8311),
+        (["rollgate", "serve", "--role", "agent", "--port=9001"], {}, 9001),
+        (["rollgate", "serve", "--role", "model"], {}, 8200),
+        (["rollgate", "serve", "--role=resources", "--env", "code"], {}, 8300),
+        (["rollgate", "serve"], {}, 8000),
+        (["rollgate", "serve", "--role", "agent", "--port", "8100"], {"ROLLGATE_PORT": "7000"}, 7000),
+    ],
+)
 def test_healthcheck_finds_the_port_of_the_running_role(argv, env, port):
     spec = importlib.util.spec_from_file_location("rollgate_docker_healthcheck", HEALTHCHECK)
     healthcheck = importlib.util.module_from_spec(spec)
@@ -99,8 +102,13 @@ def test_healthcheck_finds_the_port_of_the_running_role(argv, env, port):
 
 
 def _run_healthcheck(port: int) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(HEALTHCHECK)], capture_output=True, text=True,
-                          timeout=30, env={"ROLLGATE_PORT": str(port), "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, str(HEALTHCHECK)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"ROLLGATE_PORT": str(port), "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_healthcheck_passes_on_a_healthy_server_and_fails_otherwise():
@@ -110,6 +118,7 @@ def test_healthcheck_passes_on_a_healthy_server_and_fails_otherwise():
     @app.get("/healthz")
     async def healthz():
         from fastapi.responses import JSONResponse
+
         return JSONResponse({"ok": healthy["ok"]}, status_code=200 if healthy["ok"] else 503)
 
     with serve_in_thread(app) as url:
@@ -126,6 +135,10 @@ def test_docker_build_where_an_engine_runs():
     docker = shutil.which("docker")
     if docker is None or subprocess.run([docker, "info"], capture_output=True, timeout=30).returncode:
         pytest.skip("no Docker engine here; the Dockerfile is checked at lint level above")
-    out = subprocess.run([docker, "build", "-f", str(DOCKERFILE), "-t", "rollgate:test", str(ROOT)],
-                         capture_output=True, text=True, timeout=3600)
+    out = subprocess.run(
+        [docker, "build", "-f", str(DOCKERFILE), "-t", "rollgate:test", str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert out.returncode == 0, out.stderr[-4000:]

@@ -49,8 +49,11 @@ def _validate(docs: list[dict]) -> None:
 
 
 def _rollgate_deployments(docs: list[dict]) -> dict[str, dict]:
-    return {n: d for n, d in by_kind(docs, "Deployment").items()
-            if d["spec"]["template"]["spec"]["containers"][0]["image"].startswith("rollgate")}
+    return {
+        n: d
+        for n, d in by_kind(docs, "Deployment").items()
+        if d["spec"]["template"]["spec"]["containers"][0]["image"].startswith("rollgate")
+    }
 
 
 def _effective_env(docs: list[dict], container: dict) -> dict[str, str | None]:
@@ -106,20 +109,21 @@ def test_overlay_renders_and_validates_strictly(overlay):
     namespaces = {d["metadata"].get("namespace") for d in docs if d["kind"] != "Namespace"}
     assert len(namespaces) == 1 and None not in namespaces
     # every overlay still runs the topology's commands
-    assert {n: d["spec"]["template"]["spec"]["containers"][0]["args"]
-            for n, d in _rollgate_deployments(docs).items()} == _topology_commands()
+    assert {
+        n: d["spec"]["template"]["spec"]["containers"][0]["args"] for n, d in _rollgate_deployments(docs).items()
+    } == _topology_commands()
 
 
 def _topology_commands() -> dict[str, list[str]]:
-    return {s.name: s.command() for s in distributed_topology(
-        SHIPPED_ENVS, redis_url="redis://redis:6379/0", api_key="k")}
+    return {
+        s.name: s.command() for s in distributed_topology(SHIPPED_ENVS, redis_url="redis://redis:6379/0", api_key="k")
+    }
 
 
 def test_deployments_run_the_topology_commands_with_its_settings():
     docs = base_docs()
     deps = _rollgate_deployments(docs)
-    topo = {s.name: s for s in distributed_topology(SHIPPED_ENVS, redis_url="redis://redis:6379/0",
-                                                    api_key="k")}
+    topo = {s.name: s for s in distributed_topology(SHIPPED_ENVS, redis_url="redis://redis:6379/0", api_key="k")}
     assert set(deps) == set(topo)
     for name, spec in topo.items():
         dep = deps[name]
@@ -131,7 +135,8 @@ def test_deployments_run_the_topology_commands_with_its_settings():
         env = {k: v for k, v in env.items() if k not in PLATFORM_ONLY}
         assert env.keys() == spec.env.keys(), name
         assert {k: v for k, v in env.items() if v is not None} == {
-            k: v for k, v in spec.env.items() if k != "ROLLGATE_API_KEY"}, name
+            k: v for k, v in spec.env.items() if k != "ROLLGATE_API_KEY"
+        }, name
         assert dep["spec"]["replicas"] == (spec.replicas if name != "gateway" else 2)
         assert container["ports"][0]["containerPort"] == spec.port
     services = by_kind(docs, "Service")

@@ -24,8 +24,13 @@ ENVS = ["math", "wordle"]
 def _loopback(envs=ENVS, **kw):
     counter = itertools.count(20000)
     ports: dict[tuple[str, int], int] = {}
-    return loopback_topology(envs, redis_url="redis://127.0.0.1:6379/0", api_key="k",
-                             port_of=lambda s, i: ports.setdefault((s, i), next(counter)), **kw)
+    return loopback_topology(
+        envs,
+        redis_url="redis://127.0.0.1:6379/0",
+        api_key="k",
+        port_of=lambda s, i: ports.setdefault((s, i), next(counter)),
+        **kw,
+    )
 
 
 def _strip_addresses(args: list[str]) -> list[str]:
@@ -47,11 +52,12 @@ def test_services_come_in_start_order_model_envs_agent_gateway():
 
 
 def test_loopback_and_compose_shapes_run_the_same_commands_and_settings():
-    compose = distributed_topology(ENVS, redis_url="redis://redis:6379/0", api_key="k",
-                                   agent_replicas=3, env_replicas=2)
+    compose = distributed_topology(
+        ENVS, redis_url="redis://redis:6379/0", api_key="k", agent_replicas=3, env_replicas=2
+    )
     local = _loopback(agent_replicas=3, env_replicas=2)
     assert [s.name for s in compose] == [s.name for s in local]
-    for c, lo in zip(compose, local):
+    for c, lo in zip(compose, local, strict=True):
         assert c.role == lo.role
         assert _strip_addresses(c.command()) == _strip_addresses(lo.command())
         assert c.env.keys() == lo.env.keys()
@@ -78,8 +84,9 @@ def test_loopback_replicas_get_distinct_ports_and_each_is_listed_for_the_agents(
 
 
 def test_compose_replicas_share_one_balanced_url():
-    topo = {s.name: s for s in distributed_topology(["math"], redis_url="redis://redis:6379/0",
-                                                    api_key="k", env_replicas=3)}
+    topo = {
+        s.name: s for s in distributed_topology(["math"], redis_url="redis://redis:6379/0", api_key="k", env_replicas=3)
+    }
     assert topo["resources-math"].replicas == 3
     assert json.loads(topo["gateway"].env["ROLLGATE_ENV_URLS"]) == {"math": ["http://resources-math:8300"]}
 
@@ -88,7 +95,9 @@ def test_every_setting_the_topology_sets_is_a_real_settings_field():
     for s in _loopback(agent_concurrency=8, model_env={"ROLLGATE_MODEL__MODEL_PATH": "/m"}):
         assert unknown_settings(s.env) == [], s.name
     assert unknown_settings({"ROLLGATE_MODEL__BAKEND": "x", "ROLLGATE_REDIS": "y"}) == [
-        "ROLLGATE_MODEL__BAKEND", "ROLLGATE_REDIS"]
+        "ROLLGATE_MODEL__BAKEND",
+        "ROLLGATE_REDIS",
+    ]
 
 
 def test_agent_settings_parse_into_the_wiring_they_describe(monkeypatch):
@@ -105,8 +114,10 @@ def test_agent_settings_parse_into_the_wiring_they_describe(monkeypatch):
 
 
 def test_model_backend_and_extra_model_settings_reach_only_the_model(monkeypatch):
-    topo = {s.name: s for s in _loopback(model_backend="vllm",
-                                         model_env={"ROLLGATE_MODEL__UPSTREAM_URLS": '["http://v:1"]'})}
+    topo = {
+        s.name: s
+        for s in _loopback(model_backend="vllm", model_env={"ROLLGATE_MODEL__UPSTREAM_URLS": '["http://v:1"]'})
+    }
     for key, value in topo["model"].env.items():
         monkeypatch.setenv(key, value)
     settings = Settings.load()
@@ -115,8 +126,10 @@ def test_model_backend_and_extra_model_settings_reach_only_the_model(monkeypatch
     assert "ROLLGATE_MODEL__BACKEND" not in topo["agent"].env
 
 
-@pytest.mark.parametrize("kw, field", [({"envs": []}, "envs"), ({"agent_replicas": 0}, "agent_replicas"),
-                                       ({"env_replicas": 0}, "env_replicas")])
+@pytest.mark.parametrize(
+    "kw, field",
+    [({"envs": []}, "envs"), ({"agent_replicas": 0}, "agent_replicas"), ({"env_replicas": 0}, "env_replicas")],
+)
 def test_bad_shapes_are_refused_naming_the_argument(kw, field):
     args = {"envs": ["math"], **kw}
     with pytest.raises(ValueError, match=field):
@@ -126,11 +139,12 @@ def test_bad_shapes_are_refused_naming_the_argument(kw, field):
 def test_a_resources_service_started_from_the_topology_serves(tmp_path, redis_url):
     """The real `rollgate serve` process, with exactly the topology's command and settings."""
     port = free_port()
-    spec = next(s for s in loopback_topology(["wordle"], redis_url=redis_url, api_key="deploy-test",
-                                             port_of=lambda s, i: port)
-                if s.name == "resources-wordle")
-    with ServerProcess(rollgate_cmd(*spec.command()), port, env=spec.env,
-                       log_path=tmp_path / "resources.log") as proc:
+    spec = next(
+        s
+        for s in loopback_topology(["wordle"], redis_url=redis_url, api_key="deploy-test", port_of=lambda s, i: port)
+        if s.name == "resources-wordle"
+    )
+    with ServerProcess(rollgate_cmd(*spec.command()), port, env=spec.env, log_path=tmp_path / "resources.log") as proc:
         headers = {"Authorization": "Bearer deploy-test"}
         assert httpx.get(proc.url + "/healthz", timeout=5).status_code == 200
         tools = httpx.get(proc.url + "/tools", headers=headers, timeout=5)

@@ -34,9 +34,15 @@ def cluster(redis_url, tmp_path_factory):
     logs = tmp_path_factory.mktemp("dist-logs")
     ports: dict[tuple[str, int], int] = {}
     specs = loopback_topology(
-        ["math"], redis_url=redis_url, api_key=TOKEN, agent_replicas=2, env_replicas=2,
-        model_backend="scripted", agent_concurrency=4,
-        port_of=lambda name, i: ports.setdefault((name, i), free_port()))
+        ["math"],
+        redis_url=redis_url,
+        api_key=TOKEN,
+        agent_replicas=2,
+        env_replicas=2,
+        model_backend="scripted",
+        agent_concurrency=4,
+        port_of=lambda name, i: ports.setdefault((name, i), free_port()),
+    )
     prefix = f"rgtest:{uuid.uuid4().hex[:12]}:q"
     extra = {
         "ROLLGATE_GATEWAY__QUEUE_PREFIX": prefix,
@@ -48,9 +54,18 @@ def cluster(redis_url, tmp_path_factory):
         "ROLLGATE_AGENT__RETRIES": "2",
         "ROLLGATE_GATEWAY__UI": "false",
     }
-    procs = {spec.name: [ServerProcess(rollgate_cmd(*spec.command(i)), spec.replica_ports[i],
-                                       env={**spec.env, **extra}, log_path=logs / f"{spec.name}-{i}.log")
-                         for i in range(spec.replicas)] for spec in specs}
+    procs = {
+        spec.name: [
+            ServerProcess(
+                rollgate_cmd(*spec.command(i)),
+                spec.replica_ports[i],
+                env={**spec.env, **extra},
+                log_path=logs / f"{spec.name}-{i}.log",
+            )
+            for i in range(spec.replicas)
+        ]
+        for spec in specs
+    }
     try:
         # No part contacts another while starting, so all start at once (imports dominate).
         with ThreadPoolExecutor(max_workers=8) as pool:
@@ -58,8 +73,7 @@ def cluster(redis_url, tmp_path_factory):
                 fut.result()
         gateway = procs["gateway"][0]
         client = httpx.Client(base_url=gateway.url, headers={"authorization": f"Bearer {TOKEN}"}, timeout=30)
-        yield {"procs": procs, "specs": {s.name: s for s in specs}, "client": client, "extra": extra,
-               "logs": logs}
+        yield {"procs": procs, "specs": {s.name: s for s in specs}, "client": client, "extra": extra, "logs": logs}
         client.close()
     finally:
         for group in procs.values():
@@ -80,8 +94,9 @@ def run_job(client: httpx.Client, rows: list[dict], *, timeout_s: float = 90, on
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         params = {"wait": "true", **({"cursor": cursor} if cursor else {})}
-        with client.stream("GET", f"/v1/rollouts/{job_id}/results", params=params,
-                           timeout=httpx.Timeout(timeout_s, connect=5)) as resp:
+        with client.stream(
+            "GET", f"/v1/rollouts/{job_id}/results", params=params, timeout=httpx.Timeout(timeout_s, connect=5)
+        ) as resp:
             for raw in resp.iter_lines():
                 line = jsonutil.loads(raw)
                 cursor = line["cursor"]
@@ -115,8 +130,10 @@ def test_killed_agent_worker_loses_no_task_and_duplicates_none(cluster):
     trajs = [Trajectory.model_validate(r) for r in records]
     assert all(t.policy.policy_version == "dist" and t.job_id for t in trajs)
     assert progress["done"] == 60 and progress["state"] == "done"
-    print(f"\ndistributed: 60 rollouts in {elapsed:.1f}s ({60 / elapsed:.1f} rollouts/s) with one worker "
-          f"SIGKILLed; {progress['reclaimed']} tasks reclaimed; outcomes {dict(progress['counts'])}")
+    print(
+        f"\ndistributed: 60 rollouts in {elapsed:.1f}s ({60 / elapsed:.1f} rollouts/s) with one worker "
+        f"SIGKILLed; {progress['reclaimed']} tasks reclaimed; outcomes {dict(progress['counts'])}"
+    )
 
 
 def test_dead_model_server_ends_episodes_in_budget_and_recovery_works(cluster):
@@ -155,8 +172,9 @@ def test_gateway_proxies_model_and_env_replicas(cluster):
     # a session seeded through one replica is usable through the other (shared Redis)
     seeded = client.post("/envs/math/sessions", json=math_rows(1)[0]).json()
     for _ in range(2):  # round robin: the two calls reach both replicas
-        out = client.post(f"/envs/math/sessions/{seeded['session_id']}/tools/calculator",
-                          json={"arguments": {"expression": "6*7"}})
+        out = client.post(
+            f"/envs/math/sessions/{seeded['session_id']}/tools/calculator", json={"arguments": {"expression": "6*7"}}
+        )
         assert out.status_code == 200 and "42" in out.json()["output"]
     assert client.get("/envs/chess/tools").status_code == 404
     assert httpx.get(str(client.base_url) + "/v1/rollouts").status_code == 401

@@ -23,9 +23,11 @@ def embedded():
     from rollgate.gateway.embedded import build_app
     from rollgate.model_server.tiny import ensure_tiny_model
 
-    settings = Settings(envs=ENVS, gateway={"ui": False},
-                        agent={"max_turns": 2, "max_output_tokens_per_call": 12, "max_output_tokens": 24,
-                               "concurrency": 32})
+    settings = Settings(
+        envs=ENVS,
+        gateway={"ui": False},
+        agent={"max_turns": 2, "max_output_tokens_per_call": 12, "max_output_tokens": 24, "concurrency": 32},
+    )
     ensure_tiny_model(settings.model.model_path)  # built once per machine, then cached
     with serve_in_thread(build_app(settings), timeout_s=300) as url:
         client = httpx.Client(base_url=url, timeout=httpx.Timeout(120, connect=5))
@@ -58,8 +60,9 @@ def test_one_hundred_rollouts_over_four_environments_with_token_data(embedded):
     rows = [r for env in ENVS for r in example_rows(env, 13 if env in ("math", "wordle") else 12)]
     assert len(rows) == 50
     started = time.monotonic()
-    resp = embedded.post("/v1/rollouts", json={"tasks": rows, "repeats": 2, "policy_version": "e2e-1",
-                                               "sampling": {"temperature": 1.0}})
+    resp = embedded.post(
+        "/v1/rollouts", json={"tasks": rows, "repeats": 2, "policy_version": "e2e-1", "sampling": {"temperature": 1.0}}
+    )
     assert resp.status_code == 201, resp.text
     job_id = resp.json()["job_id"]
     records, _, end = stream_all(embedded, job_id)
@@ -82,8 +85,10 @@ def test_one_hundred_rollouts_over_four_environments_with_token_data(embedded):
             assert turn.prompt_token_ids and turn.generation_token_ids
             assert len(turn.generation_log_probs) == len(turn.generation_token_ids)
             assert all(lp <= 0.0 for lp in turn.generation_log_probs)
-    print(f"\nembedded e2e: 100 rollouts in {elapsed:.1f}s ({100 / elapsed:.2f} rollouts/s); outcomes "
-          f"{dict(Counter(t.outcome.value for t in trajs))}")
+    print(
+        f"\nembedded e2e: 100 rollouts in {elapsed:.1f}s ({100 / elapsed:.2f} rollouts/s); outcomes "
+        f"{dict(Counter(t.outcome.value for t in trajs))}"
+    )
 
 
 def test_trainer_reconnects_mid_stream_and_gets_every_record_once(embedded):
@@ -107,11 +112,15 @@ def test_model_and_env_routes_share_the_one_port(embedded):
     assert models["data"][0]["id"]
     tools = embedded.get("/envs/wordle/tools").json()
     assert any(t["name"] == "guess" for t in tools)
-    reply = embedded.post("/v1/responses", json={"model": models["data"][0]["id"], "input": "Hi",
-                                                 "max_output_tokens": 4})
+    reply = embedded.post(
+        "/v1/responses", json={"model": models["data"][0]["id"], "input": "Hi", "max_output_tokens": 4}
+    )
     assert reply.status_code == 200 and reply.json()["output"]
-    with embedded.stream("POST", "/v1/responses", json={"model": models["data"][0]["id"], "input": "Hi",
-                                                        "max_output_tokens": 4, "stream": True}) as resp:
+    with embedded.stream(
+        "POST",
+        "/v1/responses",
+        json={"model": models["data"][0]["id"], "input": "Hi", "max_output_tokens": 4, "stream": True},
+    ) as resp:
         assert resp.headers["content-type"].startswith("text/event-stream")
         events = [x for x in resp.iter_lines() if x.startswith("event:")]
     assert events[0] == "event: response.created"

@@ -17,8 +17,12 @@ from tests.procs import ServerProcess, rollgate_cmd
 def test_embedded_server_process_runs_a_job_and_stops_on_sigterm(tmp_path):
     port = free_port()
     rows = example_rows("math", 3)
-    proc = ServerProcess(rollgate_cmd("serve", "--port", str(port)), port, log_path=tmp_path / "serve.log",
-                         env={"ROLLGATE_MODEL__BACKEND": "scripted", "ROLLGATE_ENVS": '["math"]'})
+    proc = ServerProcess(
+        rollgate_cmd("serve", "--port", str(port)),
+        port,
+        log_path=tmp_path / "serve.log",
+        env={"ROLLGATE_MODEL__BACKEND": "scripted", "ROLLGATE_ENVS": '["math"]'},
+    )
     proc.start(timeout_s=120)
     try:
         client = httpx.Client(base_url=proc.url, timeout=30)

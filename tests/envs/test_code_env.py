@@ -110,12 +110,15 @@ async def test_tool_budget_is_enforced():
     assert out.is_error and "budget" in out.output
 
 
-@pytest.mark.parametrize("answer,needle", [
-    ("I think the answer is to loop over the numbers.", "no ```python code block"),
-    (fenced("def fizzbuzz(n:\n    return []\n"), "SyntaxError"),
-    (fenced("raise RuntimeError('at import')\n"), "RuntimeError"),
-    (fenced("fizzbuzz = 3\n"), "does not define a function"),
-])
+@pytest.mark.parametrize(
+    "answer,needle",
+    [
+        ("I think the answer is to loop over the numbers.", "no ```python code block"),
+        (fenced("def fizzbuzz(n:\n    return []\n"), "SyntaxError"),
+        (fenced("raise RuntimeError('at import')\n"), "RuntimeError"),
+        (fenced("fizzbuzz = 3\n"), "does not define a function"),
+    ],
+)
 async def test_bad_final_answers_get_zero_reward_with_a_reason(rt, answer, needle):
     row = next(r for r in example_tasks(len(TASKS), 0) if r["function_name"] == "fizzbuzz")
     result = await verify_code(rt, row, answer)
@@ -123,16 +126,19 @@ async def test_bad_final_answers_get_zero_reward_with_a_reason(rt, answer, needl
     assert needle in result.metrics["error"]
 
 
-@pytest.mark.parametrize("rigged", [
-    # an object that claims to equal anything
-    "class Any:\n    def __eq__(self, other):\n        return True\n\ndef fizzbuzz(n):\n    return Any()\n",
-    # a list subclass with the same trick
-    "class L(list):\n    def __eq__(self, other):\n        return True\n\ndef fizzbuzz(n):\n    return L()\n",
-    # forged harness records printed straight to the output
-    "import os, json\nfor i in range(20):\n"
-    "    os.write(1, ('\\n' + %r + json.dumps({'i': i, 'value': ['seq', []]}) + '\\n').encode())\n"
-    "def fizzbuzz(n):\n    return []\n" % MARK,
-])
+@pytest.mark.parametrize(
+    "rigged",
+    [
+        # an object that claims to equal anything
+        "class Any:\n    def __eq__(self, other):\n        return True\n\ndef fizzbuzz(n):\n    return Any()\n",
+        # a list subclass with the same trick
+        "class L(list):\n    def __eq__(self, other):\n        return True\n\ndef fizzbuzz(n):\n    return L()\n",
+        # forged harness records printed straight to the output
+        "import os, json\nfor i in range(20):\n"
+        f"    os.write(1, ('\\n' + {MARK!r} + json.dumps({{'i': i, 'value': ['seq', []]}}) + '\\n').encode())\n"
+        "def fizzbuzz(n):\n    return []\n",
+    ],
+)
 async def test_rigged_answers_do_not_pass(rt, rigged):
     row = next(r for r in example_tasks(len(TASKS), 0) if r["function_name"] == "fizzbuzz")
     result = await verify_code(rt, row, fenced(rigged))
@@ -141,11 +147,14 @@ async def test_rigged_answers_do_not_pass(rt, rigged):
 
 async def test_malformed_rows_are_rejected_naming_the_problem(rt):
     base = {"responses_create_params": {"input": "x"}, "env": "code"}
-    cases = [({}, "function_name"), ({"function_name": "f"}, "hidden_tests"),
-             ({"function_name": "f x", "hidden_tests": {"a": [["f()", "1"]]}}, "identifier"),
-             ({"function_name": "f", "hidden_tests": {"a": [["f(", "1"]]}}, "hidden_tests.a[0]"),
-             ({"function_name": "f", "hidden_tests": {"a": [["f()", "os.system('x')"]]}}, "hidden_tests.a[0]"),
-             ({"code_task": "nope"}, "task bank")]
+    cases = [
+        ({}, "function_name"),
+        ({"function_name": "f"}, "hidden_tests"),
+        ({"function_name": "f x", "hidden_tests": {"a": [["f()", "1"]]}}, "identifier"),
+        ({"function_name": "f", "hidden_tests": {"a": [["f(", "1"]]}}, "hidden_tests.a[0]"),
+        ({"function_name": "f", "hidden_tests": {"a": [["f()", "os.system('x')"]]}}, "hidden_tests.a[0]"),
+        ({"code_task": "nope"}, "task bank"),
+    ]
     for extra, needle in cases:
         with pytest.raises(BadRequest) as err:
             await rt.seed({**base, **extra})

@@ -65,7 +65,9 @@ async def test_bad_input_over_http_gets_typed_errors_never_500():
         assert r.status_code == 400
         r = await c.post("/sessions", json={"secret": "apple"})
         assert r.status_code == 400 and r.json()["error"]["field"] == "responses_create_params"
-        sid = (await c.post("/sessions", json={"responses_create_params": {"input": "x"}, "secret": "apple"})).json()["session_id"]
+        sid = (await c.post("/sessions", json={"responses_create_params": {"input": "x"}, "secret": "apple"})).json()[
+            "session_id"
+        ]
         r = await c.post(f"/sessions/{sid}/tools/guess", json={"arguments": {"word": "four"}})
         assert r.status_code == 200 and r.json()["is_error"]
         r = await c.post(f"/sessions/{sid}/tools/shout", json={"arguments": {}})
@@ -76,8 +78,15 @@ async def test_bad_input_over_http_gets_typed_errors_never_500():
 
 async def test_math_answers_nemo_gym_stateless_verify():
     """A NeMo Gym agent posts the row's fields plus its Responses output to /verify."""
-    response = {"output": [{"type": "message", "role": "assistant",
-                            "content": [{"type": "output_text", "text": "7 * 6 = 42\nAnswer: 42"}]}]}
+    response = {
+        "output": [
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "7 * 6 = 42\nAnswer: 42"}],
+            }
+        ]
+    }
     body = {"responses_create_params": {"input": "What is 7 * 6?"}, "expected_answer": "42"}
     async with _client("math") as c:
         right = await c.post("/verify", json={**body, "response": response})

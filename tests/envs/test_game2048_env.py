@@ -12,13 +12,16 @@ from tests.envs.gold import example_rows, replay, runtime
 ROW = {"responses_create_params": {"input": "play"}, "env": "game2048", "seed": 7, "target_tile": 16}
 
 
-@pytest.mark.parametrize("row,after,points", [
-    ([2, 2, 2, 2], [4, 4, 0, 0], 8),
-    ([2, 2, 4, 0], [4, 4, 0, 0], 4),
-    ([4, 0, 4, 4], [8, 4, 0, 0], 8),
-    ([0, 0, 0, 2], [2, 0, 0, 0], 0),
-    ([2, 4, 8, 16], [2, 4, 8, 16], 0),
-])
+@pytest.mark.parametrize(
+    "row,after,points",
+    [
+        ([2, 2, 2, 2], [4, 4, 0, 0], 8),
+        ([2, 2, 4, 0], [4, 4, 0, 0], 4),
+        ([4, 0, 4, 4], [8, 4, 0, 0], 8),
+        ([0, 0, 0, 2], [2, 0, 0, 0], 0),
+        ([2, 4, 8, 16], [2, 4, 8, 16], 0),
+    ],
+)
 def test_a_row_slides_and_merges_each_tile_once(row, after, points):
     assert slide_row_left(row) == (after, points)
 
@@ -78,18 +81,21 @@ async def test_reward_grows_with_the_highest_tile():
     sid = (await rt.seed(row)).session_id
     rewards = []
     calls = row["gold"]["calls"]
-    for chunk in (calls[: len(calls) // 3], calls[len(calls) // 3: -1], calls[-1:]):
+    for chunk in (calls[: len(calls) // 3], calls[len(calls) // 3 : -1], calls[-1:]):
         await replay(rt, sid, chunk)
         rewards.append((await rt.verify(sid, VerifyRequest(response="done"))).reward)
     assert rewards[0] < rewards[1] < rewards[2] == 1.0
 
 
-@pytest.mark.parametrize("extra,needle", [
-    ({"target_tile": 100}, "power of two"),
-    ({"target_tile": 4}, "power of two"),
-    ({"target_tile": "big"}, "invalid literal"),
-    ({"max_moves": 0}, "max_moves"),
-])
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        ({"target_tile": 100}, "power of two"),
+        ({"target_tile": 4}, "power of two"),
+        ({"target_tile": "big"}, "invalid literal"),
+        ({"max_moves": 0}, "max_moves"),
+    ],
+)
 async def test_malformed_rows_are_bad_requests(extra, needle):
     with pytest.raises(BadRequest) as exc:
         await runtime("game2048").seed({**ROW, **extra})

@@ -16,8 +16,16 @@ ROW = {"responses_create_params": {"input": "What is 3/4 + 1/2?"}, "env": "math"
 async def test_calculator_evaluates_exactly():
     rt = runtime("math")
     sid = (await rt.seed(ROW)).session_id
-    cases = {"3/4 + 1/2": "1.25", "(12 + 7) * 3": "57", "2 ** 10": "1024", "sqrt(81) + abs(-2)": "11",
-             "17 // 5": "3", "17 % 5": "2", "round(2 / 3, 3)": "0.667", "-(4 - 10)": "6"}
+    cases = {
+        "3/4 + 1/2": "1.25",
+        "(12 + 7) * 3": "57",
+        "2 ** 10": "1024",
+        "sqrt(81) + abs(-2)": "11",
+        "17 // 5": "3",
+        "17 % 5": "2",
+        "round(2 / 3, 3)": "0.667",
+        "-(4 - 10)": "6",
+    }
     for expr, want in cases.items():
         out = await rt.call_tool(sid, "calculator", {"expression": expr})
         assert not out.is_error and out.output == want, (expr, out)
@@ -25,20 +33,23 @@ async def test_calculator_evaluates_exactly():
     assert state["calculator_calls"] == len(cases)
 
 
-@pytest.mark.parametrize("expr,needle", [
-    ("__import__('os').system('id')", "may be called"),
-    ("().__class__.__bases__", "not allowed"),
-    ("open('/etc/passwd')", "may be called"),
-    ("x + 1", "unknown name"),
-    ("lambda: 1", "not allowed"),
-    ("[1] * 10", "not allowed"),
-    ("'a' * 3", "only numbers"),
-    ("1 / 0", "division by zero"),
-    ("9**9**9", "exponent"),
-    ("10.0 ** 400", "too large"),
-    ("(2**1000)**1000", "too large"),
-    ("1 +", "not a valid expression"),
-])
+@pytest.mark.parametrize(
+    "expr,needle",
+    [
+        ("__import__('os').system('id')", "may be called"),
+        ("().__class__.__bases__", "not allowed"),
+        ("open('/etc/passwd')", "may be called"),
+        ("x + 1", "unknown name"),
+        ("lambda: 1", "not allowed"),
+        ("[1] * 10", "not allowed"),
+        ("'a' * 3", "only numbers"),
+        ("1 / 0", "division by zero"),
+        ("9**9**9", "exponent"),
+        ("10.0 ** 400", "too large"),
+        ("(2**1000)**1000", "too large"),
+        ("1 +", "not a valid expression"),
+    ],
+)
 async def test_calculator_rejects_unsafe_or_huge_input_as_error_output(expr, needle):
     rt = runtime("math")
     sid = (await rt.seed(ROW)).session_id
@@ -56,15 +67,18 @@ async def test_calculator_wrong_argument_types_are_error_outputs():
         assert out.is_error and "expr" in out.output, (args, out)  # the error names the argument
 
 
-@pytest.mark.parametrize("response,reward", [
-    ("3/4 + 1/2 = 5/4\nAnswer: 5/4", 1.0),
-    ("The sum is \\boxed{\\frac{5}{4}}.", 1.0),
-    ("So we get 1.25", 1.0),
-    ("Answer: 1.25 (that is five quarters)", 0.0),  # the Answer line must hold only the value
-    ("Answer: 1.2", 0.0),
-    ("I do not know.", 0.0),
-    ("", 0.0),
-])
+@pytest.mark.parametrize(
+    "response,reward",
+    [
+        ("3/4 + 1/2 = 5/4\nAnswer: 5/4", 1.0),
+        ("The sum is \\boxed{\\frac{5}{4}}.", 1.0),
+        ("So we get 1.25", 1.0),
+        ("Answer: 1.25 (that is five quarters)", 0.0),  # the Answer line must hold only the value
+        ("Answer: 1.2", 0.0),
+        ("I do not know.", 0.0),
+        ("", 0.0),
+    ],
+)
 async def test_final_answer_is_graded_by_equivalence(response, reward):
     rt = runtime("math")
     sid = (await rt.seed(ROW)).session_id
@@ -76,18 +90,23 @@ async def test_final_answer_is_graded_by_equivalence(response, reward):
 async def test_answer_is_read_from_the_transcript_when_no_response_is_given():
     rt = runtime("math")
     sid = (await rt.seed(ROW)).session_id
-    transcript = [{"type": "message", "role": "user", "content": "What is 3/4 + 1/2?"},
-                  {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Answer: 5/4"}]}]
+    transcript = [
+        {"type": "message", "role": "user", "content": "What is 3/4 + 1/2?"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Answer: 5/4"}]},
+    ]
     result = await rt.verify(sid, VerifyRequest(transcript=transcript))
     assert result.reward == 1.0
 
 
-@pytest.mark.parametrize("row,needle", [
-    ({"responses_create_params": {"input": "q"}}, "expected_answer"),
-    ({"responses_create_params": {"input": "q"}, "expected_answer": ["1"]}, "expected_answer"),
-    ({"responses_create_params": {"input": "q"}, "expected_answer": "__import__('os')"}, "not a valid expression"),
-    ({"responses_create_params": {"input": "q"}, "expected_answer": "1", "env": "wordle"}, "wordle"),
-])
+@pytest.mark.parametrize(
+    "row,needle",
+    [
+        ({"responses_create_params": {"input": "q"}}, "expected_answer"),
+        ({"responses_create_params": {"input": "q"}, "expected_answer": ["1"]}, "expected_answer"),
+        ({"responses_create_params": {"input": "q"}, "expected_answer": "__import__('os')"}, "not a valid expression"),
+        ({"responses_create_params": {"input": "q"}, "expected_answer": "1", "env": "wordle"}, "wordle"),
+    ],
+)
 async def test_malformed_rows_are_bad_requests(row, needle):
     rt = runtime("math")
     with pytest.raises(BadRequest) as exc:

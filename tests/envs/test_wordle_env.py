@@ -13,14 +13,17 @@ ROW = {"responses_create_params": {"input": "play"}, "env": "wordle", "secret": 
 END = VerifyRequest(response="Answer: apple")
 
 
-@pytest.mark.parametrize("guess,secret,marks", [
-    ("apple", "apple", "GGGGG"),
-    ("speed", "abide", "..Y.Y"),   # two e's guessed, one in the secret: only one is marked
-    ("eerie", "there", "Y.Y.G"),   # the green e uses up a copy before yellows are given
-    ("allee", "apple", "GY..G"),
-    ("llama", "hello", "YY..."),
-    ("crane", "plumb", "....."),
-])
+@pytest.mark.parametrize(
+    "guess,secret,marks",
+    [
+        ("apple", "apple", "GGGGG"),
+        ("speed", "abide", "..Y.Y"),  # two e's guessed, one in the secret: only one is marked
+        ("eerie", "there", "Y.Y.G"),  # the green e uses up a copy before yellows are given
+        ("allee", "apple", "GY..G"),
+        ("llama", "hello", "YY..."),
+        ("crane", "plumb", "....."),
+    ],
+)
 def test_feedback_follows_the_duplicate_letter_rule(guess, secret, marks):
     assert feedback(guess, secret) == marks
 
@@ -37,8 +40,12 @@ async def test_solving_in_one_guess_earns_the_full_reward():
 async def test_invalid_words_are_errors_that_cost_no_guess():
     rt = runtime("wordle")
     sid = (await rt.seed(ROW)).session_id
-    for word, needle in [("pear", "five-letter"), ("bananas", "five-letter"), ("ab1de", "five-letter"),
-                         ("zzzzz", "not in the word list")]:
+    for word, needle in [
+        ("pear", "five-letter"),
+        ("bananas", "five-letter"),
+        ("ab1de", "five-letter"),
+        ("zzzzz", "not in the word list"),
+    ]:
         out = await rt.call_tool(sid, "guess", {"word": word})
         assert out.is_error and needle in out.output and "not counted" in out.output
     for args in ({"word": 12345}, {}, {"word": "x" * 100}):

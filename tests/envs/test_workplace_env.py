@@ -33,24 +33,38 @@ async def test_tools_read_and_change_the_world():
     sent = await rt.call_tool(sid, "send_email", {"recipient": someone["email"], "subject": "hi", "body": "x"})
     assert not sent.is_error
     assert "hi" in (await rt.call_tool(sid, "search_emails", {"folder": "sent"})).output
-    ev = await rt.call_tool(sid, "create_event", {"title": "Sync", "start": "2025-03-04T10:00",
-                                                  "end": "2025-03-04T10:30", "attendees": [someone["email"]]})
+    ev = await rt.call_tool(
+        sid,
+        "create_event",
+        {"title": "Sync", "start": "2025-03-04T10:00", "end": "2025-03-04T10:30", "attendees": [someone["email"]]},
+    )
     assert not ev.is_error
     listed = await rt.call_tool(sid, "list_events", {"date": "2025-03-04"})
     assert "Sync" in listed.output and someone["email"] in listed.output
 
 
-@pytest.mark.parametrize("tool,args,needle", [
-    ("read_email", {"email_id": "m999"}, "no email with id"),
-    ("send_email", {"recipient": "Dana", "subject": "s", "body": "b"}, "not an email address"),
-    ("send_email", {"recipient": "a@b.example", "subject": "", "body": "b"}, "subject"),
-    ("send_email", {"recipient": "a@b.example", "subject": "s"}, "body"),
-    ("create_event", {"title": "t", "start": "tomorrow 9am", "end": "2025-03-04T10:00", "attendees": []}, "start"),
-    ("create_event", {"title": "t", "start": "2025-03-04T10:00", "end": "2025-03-04T09:00", "attendees": []}, "after start"),
-    ("create_event", {"title": "t", "start": "2025-03-04T10:00", "end": "2025-03-04T11:00", "attendees": "x@y.example"}, "attendees"),
-    ("list_events", {"date": "03/04/2025"}, "YYYY-MM-DD"),
-    ("lookup_contact", {"name": ""}, "name"),
-])
+@pytest.mark.parametrize(
+    "tool,args,needle",
+    [
+        ("read_email", {"email_id": "m999"}, "no email with id"),
+        ("send_email", {"recipient": "Dana", "subject": "s", "body": "b"}, "not an email address"),
+        ("send_email", {"recipient": "a@b.example", "subject": "", "body": "b"}, "subject"),
+        ("send_email", {"recipient": "a@b.example", "subject": "s"}, "body"),
+        ("create_event", {"title": "t", "start": "tomorrow 9am", "end": "2025-03-04T10:00", "attendees": []}, "start"),
+        (
+            "create_event",
+            {"title": "t", "start": "2025-03-04T10:00", "end": "2025-03-04T09:00", "attendees": []},
+            "after start",
+        ),
+        (
+            "create_event",
+            {"title": "t", "start": "2025-03-04T10:00", "end": "2025-03-04T11:00", "attendees": "x@y.example"},
+            "attendees",
+        ),
+        ("list_events", {"date": "03/04/2025"}, "YYYY-MM-DD"),
+        ("lookup_contact", {"name": ""}, "name"),
+    ],
+)
 async def test_bad_arguments_are_error_outputs_and_change_nothing(tool, args, needle):
     rt = runtime("workplace")
     sid = (await rt.seed(_row("email_contact"))).session_id
@@ -111,13 +125,16 @@ async def test_sessions_have_separate_worlds():
     assert (await rt.verify(b, DONE)).reward == 0.0
 
 
-@pytest.mark.parametrize("mutate,needle", [
-    (lambda r: r.pop("world"), "world"),
-    (lambda r: r.update(expected_state=[]), "checks"),
-    (lambda r: r.update(expected_state=[{"check": "teleport"}]), "teleport"),
-    (lambda r: r["world"].pop("user"), "user"),
-    (lambda r: r["world"]["contacts"].append({"name": "No Mail"}), "email"),
-])
+@pytest.mark.parametrize(
+    "mutate,needle",
+    [
+        (lambda r: r.pop("world"), "world"),
+        (lambda r: r.update(expected_state=[]), "checks"),
+        (lambda r: r.update(expected_state=[{"check": "teleport"}]), "teleport"),
+        (lambda r: r["world"].pop("user"), "user"),
+        (lambda r: r["world"]["contacts"].append({"name": "No Mail"}), "email"),
+    ],
+)
 async def test_malformed_rows_are_bad_requests(mutate, needle):
     rt = runtime("workplace")
     row = _row("email_contact")

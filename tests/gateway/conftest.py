@@ -19,8 +19,9 @@ async def make_queue(request):
         else:
             from rollgate.gateway.redis_queue import RedisJobQueue
 
-            q = RedisJobQueue(request.getfixturevalue("redis_url"), prefix=request.getfixturevalue("redis_prefix"),
-                              **kw)
+            q = RedisJobQueue(
+                request.getfixturevalue("redis_url"), prefix=request.getfixturevalue("redis_prefix"), **kw
+            )
         made.append(q)
         return q
 

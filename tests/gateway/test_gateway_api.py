@@ -23,8 +23,9 @@ ROW = {"responses_create_params": {"input": "What is 2+2?"}, "expected_answer": 
 def make_gateway(*, api_key: str | None = TOKEN, max_queued_tasks: int = 1000):
     settings = Settings(gateway={"max_queued_tasks": max_queued_tasks, "ui": False})
     queue = MemoryJobQueue(max_queued_tasks=max_queued_tasks)
-    app = create_gateway_app(settings, queue, known_envs=lambda: ["math", "wordle"], routers=[],
-                             metrics=Metrics(), api_key=api_key)
+    app = create_gateway_app(
+        settings, queue, known_envs=lambda: ["math", "wordle"], routers=[], metrics=Metrics(), api_key=api_key
+    )
 
     async def remember_loop() -> None:  # so tests can run queue calls in the serving thread's loop
         app.state.loop = asyncio.get_running_loop()
@@ -48,9 +49,16 @@ def finish(app, queue: MemoryJobQueue, n: int, *, reward: float = 1.0) -> None:
     async def work():
         claims = await queue.claim("test-worker", n, block_s=0.5)
         for c in claims:
-            await queue.complete(c, {"trajectory_id": f"traj-{c.task.key}", "outcome": "completed",
-                                     "reward": reward, "task": {"task_id": c.task.task_id, "env": c.task.env},
-                                     "policy": {"policy_version": c.task.policy_version}})
+            await queue.complete(
+                c,
+                {
+                    "trajectory_id": f"traj-{c.task.key}",
+                    "outcome": "completed",
+                    "reward": reward,
+                    "task": {"task_id": c.task.task_id, "env": c.task.env},
+                    "policy": {"policy_version": c.task.policy_version},
+                },
+            )
         return len(claims)
 
     loop = app.state.loop
@@ -120,19 +128,26 @@ def test_cancel_answers_with_every_task_accounted_for(gateway):
     assert [x["type"] for x in lines].count("trajectory") == 4 and lines[-1]["type"] == "end"
 
 
-@pytest.mark.parametrize("body, status, field, words", [
-    ({"tasks": []}, 400, "tasks", "at least one"),
-    ({"tasks": [ROW], "env": "chess"}, 400, "env", "unknown environment 'chess'"),
-    ({"tasks": [ROW, {**ROW, "env": "chess"}], "env": "math"}, 400, "tasks[1].env", "unknown environment"),
-    ({"tasks": [ROW, ROW, {"responses_create_params": {}}], "env": "math"}, 400,
-     "tasks[2].responses_create_params", "input is required"),
-    ({"tasks": [ROW, "not a row"], "env": "math"}, 400, "tasks[1]", "JSON object"),
-    ({"tasks": [ROW]}, 400, "tasks[0].env", "names no environment"),
-    ({"tasks": [ROW], "env": "math", "repeats": 0}, 400, "repeats", "greater than or equal to 1"),
-    ({"tasks": [ROW], "env": "math", "sampling": {"temprature": 1}}, 400, "sampling.temprature", "Extra"),
-    ({"tasks": [ROW], "env": "math", "agent": "swe"}, 400, "agent", "unknown agent loop"),
-    ({"task": [ROW]}, 400, "tasks", "required"),
-])
+@pytest.mark.parametrize(
+    "body, status, field, words",
+    [
+        ({"tasks": []}, 400, "tasks", "at least one"),
+        ({"tasks": [ROW], "env": "chess"}, 400, "env", "unknown environment 'chess'"),
+        ({"tasks": [ROW, {**ROW, "env": "chess"}], "env": "math"}, 400, "tasks[1].env", "unknown environment"),
+        (
+            {"tasks": [ROW, ROW, {"responses_create_params": {}}], "env": "math"},
+            400,
+            "tasks[2].responses_create_params",
+            "input is required",
+        ),
+        ({"tasks": [ROW, "not a row"], "env": "math"}, 400, "tasks[1]", "JSON object"),
+        ({"tasks": [ROW]}, 400, "tasks[0].env", "names no environment"),
+        ({"tasks": [ROW], "env": "math", "repeats": 0}, 400, "repeats", "greater than or equal to 1"),
+        ({"tasks": [ROW], "env": "math", "sampling": {"temprature": 1}}, 400, "sampling.temprature", "Extra"),
+        ({"tasks": [ROW], "env": "math", "agent": "swe"}, 400, "agent", "unknown agent loop"),
+        ({"task": [ROW]}, 400, "tasks", "required"),
+    ],
+)
 def test_bad_job_requests_name_the_field(gateway, body, status, field, words):
     client, _, _ = gateway
     resp = client.post("/v1/rollouts", json=body)

@@ -7,24 +7,43 @@ import asyncio
 
 import pytest
 
-from rollgate.core.errors import CapacityError, NotFound
 from rollgate.core import jsonutil
+from rollgate.core.errors import CapacityError, NotFound
 from rollgate.gateway.queue import JobSpec, TaskEnvelope, decode_record
 
 
 def make_job(job_id: str, n: int, repeats: int = 1) -> tuple[JobSpec, list[TaskEnvelope]]:
-    spec = JobSpec(job_id=job_id, num_tasks=n * repeats, num_rows=n, repeats=repeats, env="counter",
-                   policy_version="v7", model="m")
-    tasks = [TaskEnvelope(job_id=job_id, key=f"{i}.{s}", index=i, sample_index=s, group_id=f"g{i}",
-                          task_id=f"t{i}", row={"responses_create_params": {"input": f"task {i}"}, "task_id": f"t{i}"},
-                          env="counter", policy_version="v7")
-             for i in range(n) for s in range(repeats)]
+    spec = JobSpec(
+        job_id=job_id, num_tasks=n * repeats, num_rows=n, repeats=repeats, env="counter", policy_version="v7", model="m"
+    )
+    tasks = [
+        TaskEnvelope(
+            job_id=job_id,
+            key=f"{i}.{s}",
+            index=i,
+            sample_index=s,
+            group_id=f"g{i}",
+            task_id=f"t{i}",
+            row={"responses_create_params": {"input": f"task {i}"}, "task_id": f"t{i}"},
+            env="counter",
+            policy_version="v7",
+        )
+        for i in range(n)
+        for s in range(repeats)
+    ]
     return spec, tasks
 
 
 def ok_record(task: TaskEnvelope, reward: float = 1.0, who: str = "w") -> dict:
-    return {"trajectory_id": f"traj-{task.key}-{who}", "task": {"task_id": task.task_id}, "outcome": "completed",
-            "reward": reward, "job_id": task.job_id, "sample_index": task.sample_index, "who": who}
+    return {
+        "trajectory_id": f"traj-{task.key}-{who}",
+        "task": {"task_id": task.task_id},
+        "outcome": "completed",
+        "reward": reward,
+        "job_id": task.job_id,
+        "sample_index": task.sample_index,
+        "who": who,
+    }
 
 
 async def read_all(q, job_id: str) -> list[dict]:

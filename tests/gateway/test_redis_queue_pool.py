@@ -24,9 +24,11 @@ async def test_a_burst_beyond_the_pool_size_waits_instead_of_failing(redis_url, 
         assert len(claims) == BURST
 
         # Every completion, progress and queue-depth read at once: 3 x BURST concurrent calls.
-        done = await asyncio.gather(*(q.complete(c, ok_record(c.task)) for c in claims),
-                                    *(q.progress("job_burst") for _ in range(BURST)),
-                                    *(q.queued() for _ in range(BURST)))
+        done = await asyncio.gather(
+            *(q.complete(c, ok_record(c.task)) for c in claims),
+            *(q.progress("job_burst") for _ in range(BURST)),
+            *(q.queued() for _ in range(BURST)),
+        )
 
         assert all(ok is True for ok in done[:BURST])
         pool = q._r.connection_pool

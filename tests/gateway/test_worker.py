@@ -8,11 +8,10 @@ import inspect
 import random
 import time
 
-
 from rollgate.agent_server.agent import Agent
 from rollgate.agent_server.worker import Worker
 from rollgate.core import jsonutil
-from rollgate.core.schemas import FailureRecord, TaskRow, Trajectory, VerifyRequest, VerifyResult
+from rollgate.core.schemas import FailureRecord, Trajectory, VerifyRequest, VerifyResult
 from rollgate.core.session_store import MemorySessionStore
 from rollgate.core.settings import Settings
 from rollgate.gateway.queue import JobSpec, TaskEnvelope, decode_record
@@ -32,9 +31,9 @@ class SlowMathEnv(MathEnv):
     def __init__(self, delay: float):
         self.delay = delay
 
-    async def verify(self, state, task: TaskRow, request: VerifyRequest) -> VerifyResult:
+    async def verify(self, state, request: VerifyRequest) -> VerifyResult:
         await asyncio.sleep(self.delay)
-        result = super().verify(state, task, request)
+        result = super().verify(state, request)
         return await result if inspect.isawaitable(result) else result
 
 
@@ -42,17 +41,34 @@ def make_agent(verify_delay: float = 0.0) -> Agent:
     from rollgate.model_server.server import build_service
 
     settings = Settings(model={"backend": "scripted"})
-    envs = {"math": EnvRuntime(MathEnv(), MemorySessionStore()),
-            "slowmath": EnvRuntime(SlowMathEnv(verify_delay), MemorySessionStore())}
-    return Agent(LocalModelClient(build_service(settings)), {n: LocalEnvClient(rt) for n, rt in envs.items()},
-                 settings.agent, model_name=settings.model.served_name)
+    envs = {
+        "math": EnvRuntime(MathEnv(), MemorySessionStore()),
+        "slowmath": EnvRuntime(SlowMathEnv(verify_delay), MemorySessionStore()),
+    }
+    return Agent(
+        LocalModelClient(build_service(settings)),
+        {n: LocalEnvClient(rt) for n, rt in envs.items()},
+        settings.agent,
+        model_name=settings.model.served_name,
+    )
 
 
 async def submit(q, env: str, n: int, job_id: str | None = None) -> str:
     job_id = job_id or f"job_{random.getrandbits(40):x}"
     rows = [dict(r, task_id=f"w{i}", env=env) for i, r in enumerate(example_rows("math", n))]
-    tasks = [TaskEnvelope(job_id=job_id, key=f"{i}.0", index=i, group_id=f"g{i}", task_id=r["task_id"], row=r,
-                          env=env, policy_version="pv") for i, r in enumerate(rows)]
+    tasks = [
+        TaskEnvelope(
+            job_id=job_id,
+            key=f"{i}.0",
+            index=i,
+            group_id=f"g{i}",
+            task_id=r["task_id"],
+            row=r,
+            env=env,
+            policy_version="pv",
+        )
+        for i, r in enumerate(rows)
+    ]
     await q.submit(JobSpec(job_id=job_id, num_tasks=n, num_rows=n, model="scripted"), tasks)
     return job_id
 

@@ -6,9 +6,12 @@ import pytest
 
 from rollgate.core.metrics import Metrics
 
-CALC_TOOL = {"type": "function", "name": "calculator", "description": "Evaluate an arithmetic expression.",
-             "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
-                            "required": ["expression"]}}
+CALC_TOOL = {
+    "type": "function",
+    "name": "calculator",
+    "description": "Evaluate an arithmetic expression.",
+    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+}
 
 
 @pytest.fixture(scope="module")

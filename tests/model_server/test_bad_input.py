@@ -29,17 +29,53 @@ CASES = [
     ("item not an object", {**OK, "input": ["hi"]}, 400, "input[0]"),
     ("message without content", {**OK, "input": [{"role": "user"}]}, 400, "input[0].content"),
     ("bad role", {**OK, "input": [{"role": "robot", "content": "x"}]}, 400, "input[0].role"),
-    ("bad content part", {**OK, "input": [{"role": "user", "content": [{"type": "input_audio"}]}]}, 400,
-     "input[0].content[0].type"),
-    ("function call without name", {**OK, "input": [{"type": "function_call", "arguments": "{}"}]}, 400,
-     "input[0].name"),
-    ("token ids not ints", {**OK, "input": [{"type": "function_call", "name": "f", "arguments": "{}",
-                                             "prompt_token_ids": ["a"], "generation_token_ids": [1]}]}, 400,
-     "input[0].prompt_token_ids"),
-    ("token id outside vocabulary", {**OK, "input": [
-        {"type": "function_call", "name": "f", "arguments": "{}", "prompt_token_ids": [1],
-         "generation_token_ids": [10 ** 9]}, {"type": "function_call_output", "output": "x"}]}, 400,
-     "input.generation_token_ids"),
+    (
+        "bad content part",
+        {**OK, "input": [{"role": "user", "content": [{"type": "input_audio"}]}]},
+        400,
+        "input[0].content[0].type",
+    ),
+    (
+        "function call without name",
+        {**OK, "input": [{"type": "function_call", "arguments": "{}"}]},
+        400,
+        "input[0].name",
+    ),
+    (
+        "token ids not ints",
+        {
+            **OK,
+            "input": [
+                {
+                    "type": "function_call",
+                    "name": "f",
+                    "arguments": "{}",
+                    "prompt_token_ids": ["a"],
+                    "generation_token_ids": [1],
+                }
+            ],
+        },
+        400,
+        "input[0].prompt_token_ids",
+    ),
+    (
+        "token id outside vocabulary",
+        {
+            **OK,
+            "input": [
+                {
+                    "type": "function_call",
+                    "name": "f",
+                    "arguments": "{}",
+                    "prompt_token_ids": [1],
+                    "generation_token_ids": [10**9],
+                },
+                {"type": "function_call_output", "output": "x"},
+            ],
+        },
+        400,
+        "input.generation_token_ids",
+    ),
     ("zero max_output_tokens", {**OK, "max_output_tokens": 0}, 400, "max_output_tokens"),
     ("negative max_output_tokens", {**OK, "max_output_tokens": -5}, 400, "max_output_tokens"),
     ("temperature out of range", {**OK, "temperature": 9}, 400, "temperature"),
@@ -47,8 +83,12 @@ CASES = [
     ("tool without name", {**OK, "tools": [{"type": "function"}]}, 400, "tools[0].name"),
     ("prompt over the context", {**OK, "input": "word " * 200}, 400, "input"),
     ("bad seed in metadata", {**OK, "metadata": {"rollgate_seed": "x"}}, 400, "metadata.rollgate_seed"),
-    ("bad ignore_eos in metadata", {**OK, "metadata": {"rollgate_ignore_eos": "maybe"}}, 400,
-     "metadata.rollgate_ignore_eos"),
+    (
+        "bad ignore_eos in metadata",
+        {**OK, "metadata": {"rollgate_ignore_eos": "maybe"}},
+        400,
+        "metadata.rollgate_ignore_eos",
+    ),
     ("body not an object", [1, 2], 400, "body"),
 ]
 

@@ -10,8 +10,14 @@ from rollgate.core.errors import CapacityError
 
 
 def _req(prompt: str, **kw) -> dict:
-    return {"model": "rollgate-tiny", "input": prompt, "max_output_tokens": 12, "temperature": 0,
-            "metadata": {"rollgate_training": "true"}, **kw}
+    return {
+        "model": "rollgate-tiny",
+        "input": prompt,
+        "max_output_tokens": 12,
+        "temperature": 0,
+        "metadata": {"rollgate_training": "true"},
+        **kw,
+    }
 
 
 def _gen(resp: dict) -> list[int]:
@@ -35,8 +41,9 @@ async def test_concurrent_requests_decode_together_and_match_solo_runs(local_sta
 
 async def test_request_arriving_mid_decode_joins_the_running_batch(local_stack):
     service, backend, _ = local_stack
-    long = asyncio.create_task(service.create(_req("Tell me a long story.", max_output_tokens=60,
-                                                   temperature=1.0, seed=3)))
+    long = asyncio.create_task(
+        service.create(_req("Tell me a long story.", max_output_tokens=60, temperature=1.0, seed=3))
+    )
     await asyncio.sleep(0.05)
     joined_before = backend.engine.stats["joined_running"]
     late = await service.create(_req("Hi"))
@@ -59,7 +66,7 @@ async def test_same_seed_same_sample_and_log_probs_match_a_trainer_recompute(loc
     prompt, gen = item["prompt_token_ids"], item["generation_token_ids"]
     with torch.no_grad():  # what a trainer computes: log_softmax(logits / T) of each sampled token
         logits = backend.model(input_ids=torch.tensor([prompt + gen])).logits[0].float()
-    logp = torch.log_softmax(logits[len(prompt) - 1:-1] / 0.8, -1)
+    logp = torch.log_softmax(logits[len(prompt) - 1 : -1] / 0.8, -1)
     expected = [float(logp[i, t]) for i, t in enumerate(gen)]
     assert item["generation_log_probs"] == pytest.approx(expected, abs=1e-4)
 
@@ -71,8 +78,10 @@ async def test_full_queue_answers_capacity_error(tiny_model_dir):
     backend = LocalBackend.from_pretrained(tiny_model_dir, device="cpu", max_queue=2)
     service = ModelService(backend)
     try:
-        results = await asyncio.gather(*(service.create(_req("Hi", max_output_tokens=20, temperature=1.0, seed=i))
-                                         for i in range(12)), return_exceptions=True)
+        results = await asyncio.gather(
+            *(service.create(_req("Hi", max_output_tokens=20, temperature=1.0, seed=i)) for i in range(12)),
+            return_exceptions=True,
+        )
         refused = [r for r in results if isinstance(r, CapacityError)]
         served = [r for r in results if isinstance(r, dict)]
         assert len(refused) + len(served) == 12
@@ -85,8 +94,15 @@ async def test_full_queue_answers_capacity_error(tiny_model_dir):
 async def test_ignore_eos_generates_exactly_max_output_tokens(local_stack):
     service, backend, _ = local_stack
     plain = await service.create(_req("Tell me a story.", temperature=1.0, seed=1, max_output_tokens=40))
-    forced = await service.create(_req("Tell me a story.", temperature=1.0, seed=1, max_output_tokens=40,
-                                       metadata={"rollgate_training": "true", "rollgate_ignore_eos": "true"}))
+    forced = await service.create(
+        _req(
+            "Tell me a story.",
+            temperature=1.0,
+            seed=1,
+            max_output_tokens=40,
+            metadata={"rollgate_training": "true", "rollgate_ignore_eos": "true"},
+        )
+    )
     ended = _gen(plain)
     assert plain["status"] == "completed" and len(ended) < 40 and ended[-1] == backend.tokenizer.eos_token_id
     assert forced["status"] == "incomplete" and forced["usage"]["output_tokens"] == 40

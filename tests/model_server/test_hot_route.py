@@ -65,16 +65,26 @@ def mounted_app(service: ModelService) -> FastAPI:
 async def test_hot_route_answers_exactly_like_the_fastapi_route(service):
     standalone = create_model_app(service)
     assert [r.pattern.pattern for r in standalone.state.hot_routes] == [re.escape("/v1/responses")]
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=standalone), base_url="http://a") as a, \
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=mounted_app(service)), base_url="http://b") as b:
+    async with (
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=standalone), base_url="http://a") as a,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=mounted_app(service)), base_url="http://b") as b,
+    ):
         hot = await conversation(a)
         routed = await conversation(b)
     assert hot == routed
     assert [(s, t) for s, t, _ in hot] == [
-        (200, "application/json"), (200, "application/json"), (200, "application/json"),
-        (200, "text/event-stream"), (404, "application/json"), (404, "application/json"),
-        (400, "application/json"), (400, "application/json"), (400, "application/json"),
-        (400, "application/json"), (400, "application/json")]
+        (200, "application/json"),
+        (200, "application/json"),
+        (200, "application/json"),
+        (200, "text/event-stream"),
+        (404, "application/json"),
+        (404, "application/json"),
+        (400, "application/json"),
+        (400, "application/json"),
+        (400, "application/json"),
+        (400, "application/json"),
+        (400, "application/json"),
+    ]
     plain, header_training, metadata_training = (json.loads(t) for _, _, t in hot[:3])
     assert plain["output"][0]["name"] == "calculator"
     assert "prompt_token_ids" not in plain["output"][0]
@@ -87,16 +97,18 @@ async def test_hot_route_answers_exactly_like_the_fastapi_route(service):
 
 
 async def test_a_false_training_header_leaves_training_off(service):
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_model_app(service)),
-                                 base_url="http://a") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_model_app(service)), base_url="http://a"
+    ) as c:
         r = await c.post("/v1/responses", json=OK, headers={TRAINING_HEADER: "0"})
     assert r.status_code == 200
     assert "generation_token_ids" not in r.json()["output"][0]
 
 
 async def test_openapi_still_documents_the_responses_route(service):
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_model_app(service)),
-                                 base_url="http://a") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_model_app(service)), base_url="http://a"
+    ) as c:
         spec = (await c.get("/openapi.json")).json()
     assert "post" in spec["paths"]["/v1/responses"]
     assert "get" in spec["paths"]["/v1/models"]

@@ -24,8 +24,9 @@ def client(base_url):
 
 
 def test_sdk_create_returns_a_parsed_response(client):
-    resp = client.responses.create(model="rollgate-tiny", input="What is 2 + 2?", tools=[CALC_TOOL],
-                                   max_output_tokens=24, temperature=0.5)
+    resp = client.responses.create(
+        model="rollgate-tiny", input="What is 2 + 2?", tools=[CALC_TOOL], max_output_tokens=24, temperature=0.5
+    )
     assert resp.object == "response" and resp.model == "rollgate-tiny"
     assert resp.status in ("completed", "incomplete")
     assert resp.output and {item.type for item in resp.output} <= {"message", "function_call", "reasoning"}
@@ -38,8 +39,11 @@ def test_sdk_create_returns_a_parsed_response(client):
 def test_sdk_stream_yields_official_events_and_the_same_final_response(client):
     # The SDK's stream helper wants `response.completed`: pick a seed whose sample ends by itself.
     args = {"model": "rollgate-tiny", "input": "What is 2 + 3?", "max_output_tokens": 64, "temperature": 1.0}
-    seed, plain = next((s, r) for s in range(20)
-                       if (r := client.responses.create(**args, extra_body={"seed": s})).status == "completed")
+    seed, plain = next(
+        (s, r)
+        for s in range(20)
+        if (r := client.responses.create(**args, extra_body={"seed": s})).status == "completed"
+    )
     with client.responses.stream(**args, extra_body={"seed": seed}) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_response()
@@ -61,8 +65,7 @@ def test_sdk_stream_true_iterates_events(client):
 def test_training_header_adds_token_fields(base_url):
     body = {"model": "rollgate-tiny", "input": "Hi", "max_output_tokens": 4}
     plain = httpx.post(base_url + "/v1/responses", json=body, timeout=60).json()
-    trained = httpx.post(base_url + "/v1/responses", json=body, headers={"x-rollgate-training": "1"},
-                         timeout=60).json()
+    trained = httpx.post(base_url + "/v1/responses", json=body, headers={"x-rollgate-training": "1"}, timeout=60).json()
     assert "generation_token_ids" not in plain["output"][0]
     item = trained["output"][0]
     assert len(item["generation_token_ids"]) == len(item["generation_log_probs"]) > 0

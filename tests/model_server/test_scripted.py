@@ -12,10 +12,19 @@ from rollgate.model_server.scripted import ScriptedBackend, example_value
 from rollgate.model_server.service import ModelService
 from tests.model_server.conftest import CALC_TOOL
 
-MOVE_TOOL = {"type": "function", "name": "move", "parameters": {
-    "type": "object", "properties": {"direction": {"type": "string", "enum": ["up", "down"]},
-                                     "steps": {"type": "integer", "minimum": 2}, "note": {"type": "string"}},
-    "required": ["direction", "steps"]}}
+MOVE_TOOL = {
+    "type": "function",
+    "name": "move",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "direction": {"type": "string", "enum": ["up", "down"]},
+            "steps": {"type": "integer", "minimum": 2},
+            "note": {"type": "string"},
+        },
+        "required": ["direction", "steps"],
+    },
+}
 
 
 @pytest.fixture
@@ -24,15 +33,22 @@ def service(tiny_model_dir):
 
 
 async def test_default_policy_calls_first_tool_then_answers_done(service):
-    req = {"model": "rollgate-tiny", "input": "go", "tools": [MOVE_TOOL, CALC_TOOL],
-           "metadata": {"rollgate_training": "true"}}
+    req = {
+        "model": "rollgate-tiny",
+        "input": "go",
+        "tools": [MOVE_TOOL, CALC_TOOL],
+        "metadata": {"rollgate_training": "true"},
+    }
     first = await service.create(req)
     call = first["output"][0]
     assert call["type"] == "function_call" and call["name"] == "move"
     assert json.loads(call["arguments"]) == {"direction": "up", "steps": 2}
     assert call["generation_log_probs"] == [0.0] * len(call["generation_token_ids"])
-    history = [{"role": "user", "content": "go"}, *first["output"],
-               {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}]
+    history = [
+        {"role": "user", "content": "go"},
+        *first["output"],
+        {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"},
+    ]
     second = await service.create({**req, "input": history})
     assert second["output"][0]["type"] == "message"
     assert second["output"][0]["content"][0]["text"] == "done"
@@ -52,19 +68,21 @@ async def test_script_in_metadata_plays_turn_by_tool_outputs(service):
 
 async def test_bad_script_names_the_field(service):
     with pytest.raises(BadRequest) as info:
-        await service.create({"model": "rollgate-tiny", "input": "q", "metadata": {"rollgate_script": "[{\"x\": 1}]"}})
+        await service.create({"model": "rollgate-tiny", "input": "q", "metadata": {"rollgate_script": '[{"x": 1}]'}})
     assert info.value.field == "metadata.rollgate_script"
 
 
 async def test_without_tokenizer_it_answers_text_only():
     service = ModelService(ScriptedBackend())
-    resp = await service.create({"model": "rollgate-tiny", "input": "q", "tools": [CALC_TOOL],
-                                 "metadata": {"rollgate_training": "true"}})
+    resp = await service.create(
+        {"model": "rollgate-tiny", "input": "q", "tools": [CALC_TOOL], "metadata": {"rollgate_training": "true"}}
+    )
     assert resp["output"][0]["name"] == "calculator" and "generation_token_ids" not in resp["output"][0]
 
 
 def test_example_values_follow_the_schema():
-    assert example_value({"type": "object", "properties": {"a": {"type": "integer", "minimum": 3},
-                                                           "b": {"type": "boolean"}}}) == {"a": 3, "b": False}
+    assert example_value(
+        {"type": "object", "properties": {"a": {"type": "integer", "minimum": 3}, "b": {"type": "boolean"}}}
+    ) == {"a": 3, "b": False}
     assert example_value({"anyOf": [{"type": "null"}, {"type": "string"}]}) is None
     assert example_value({"type": "string", "minLength": 3}) == "aaa"

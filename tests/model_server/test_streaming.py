@@ -20,8 +20,13 @@ from rollgate.model_server.textstream import IncrementalDetokenizer, PlainTextGa
 from tests.model_server.conftest import CALC_TOOL
 
 # seed 1 answers plain text for this prompt; ignore_eos makes it run for max_output_tokens
-LONG = {"model": "rollgate-tiny", "input": "Tell me a story.", "seed": 1, "stream": True,
-        "metadata": {"rollgate_ignore_eos": "true"}}
+LONG = {
+    "model": "rollgate-tiny",
+    "input": "Tell me a story.",
+    "seed": 1,
+    "stream": True,
+    "metadata": {"rollgate_ignore_eos": "true"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +40,7 @@ def _events(response: httpx.Response, on_event=None) -> list[tuple[float, dict]]
     out = []
     for line in response.iter_lines():
         if line.startswith("data: "):
-            event = json.loads(line[len("data: "):])
+            event = json.loads(line[len("data: ") :])
             out.append((time.perf_counter(), event))
             if on_event is not None and on_event(event) is False:
                 break
@@ -54,8 +59,7 @@ def test_deltas_arrive_while_generating_and_add_up_to_the_final_text(base_url, l
         if event["type"] == "response.output_text.delta" and not running_at_first_delta:
             running_at_first_delta.append(backend.engine.pending())
 
-    with httpx.stream("POST", base_url + "/v1/responses", json={**LONG, "max_output_tokens": 64},
-                      timeout=60) as r:
+    with httpx.stream("POST", base_url + "/v1/responses", json={**LONG, "max_output_tokens": 64}, timeout=60) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         events = _events(r, watch)
     deltas = [(t, e) for t, e in events if e["type"] == "response.output_text.delta"]
@@ -90,8 +94,15 @@ def test_client_going_away_mid_stream_frees_its_batch_slot(base_url, local_stack
 
 def test_sdk_stream_true_final_response_equals_the_non_streaming_one_in_training_mode(base_url):
     client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=60)
-    args = {"model": "rollgate-tiny", "input": "What is 2 + 3?", "max_output_tokens": 48, "temperature": 1.0,
-            "tools": [CALC_TOOL], "extra_body": {"seed": 4}, "extra_headers": {"x-rollgate-training": "1"}}
+    args = {
+        "model": "rollgate-tiny",
+        "input": "What is 2 + 3?",
+        "max_output_tokens": 48,
+        "temperature": 1.0,
+        "tools": [CALC_TOOL],
+        "extra_body": {"seed": 4},
+        "extra_headers": {"x-rollgate-training": "1"},
+    }
     plain = client.responses.create(**args)
     events = list(client.responses.create(**args, stream=True))
     final = events[-1].response
@@ -108,8 +119,9 @@ def test_sdk_stream_true_final_response_equals_the_non_streaming_one_in_training
 
 async def test_tool_call_markup_is_never_streamed_as_text(tiny_model_dir):
     service = ModelService(ScriptedBackend(AutoTokenizer.from_pretrained(tiny_model_dir), max_context=2048))
-    script = json.dumps([{"text": "Let me check. <tool_call>{\"name\": \"calculator\", \"arguments\": "
-                                  "{\"expression\": \"2+3\"}}</tool_call>"}])
+    script = json.dumps(
+        [{"text": 'Let me check. <tool_call>{"name": "calculator", "arguments": {"expression": "2+3"}}</tool_call>'}]
+    )
     body = {"model": "rollgate-tiny", "input": "2+3?", "tools": [CALC_TOOL], "metadata": {"rollgate_script": script}}
     events = [e async for e in await service.stream(body)]
     deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
@@ -122,13 +134,16 @@ async def test_tool_call_markup_is_never_streamed_as_text(tiny_model_dir):
     assert announced == [i["id"] for i in final["output"]]
 
 
-@pytest.mark.parametrize(("pieces", "shown"), [
-    (["  Hello ", "wor", "ld  "], "Hello world"),  # stripped like the final message
-    (["Hi <to", "ol_call>{}</tool_call> more"], "Hi"),  # a tag split over deltas never leaks
-    (["<think>plan</think>", "answer"], ""),  # reasoning first: the message is sent at the end
-    (["a <", " b", " <x>"], "a < b <x>"),  # a '<' that starts no tag is released
-    (["x <thi", "nk>y"], "x"),
-])
+@pytest.mark.parametrize(
+    ("pieces", "shown"),
+    [
+        (["  Hello ", "wor", "ld  "], "Hello world"),  # stripped like the final message
+        (["Hi <to", "ol_call>{}</tool_call> more"], "Hi"),  # a tag split over deltas never leaks
+        (["<think>plan</think>", "answer"], ""),  # reasoning first: the message is sent at the end
+        (["a <", " b", " <x>"], "a < b <x>"),  # a '<' that starts no tag is released
+        (["x <thi", "nk>y"], "x"),
+    ],
+)
 def test_plain_text_gate_releases_only_what_the_message_starts_with(pieces, shown):
     gate = PlainTextGate()
     assert "".join(gate.feed(p) for p in pieces) == shown == gate.sent
@@ -136,7 +151,7 @@ def test_plain_text_gate_releases_only_what_the_message_starts_with(pieces, show
 
 def test_incremental_detokenizer_deltas_add_up_to_the_decoded_text(tiny_model_dir):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    text = "Grüße, 世界 🎉! <tool_call>{\"x\": 1}</tool_call> done"
+    text = 'Grüße, 世界 🎉! <tool_call>{"x": 1}</tool_call> done'
     ids = tok.encode(text, add_special_tokens=False)
     detok = IncrementalDetokenizer(tok)
     deltas = [detok.push(i) for i in ids]

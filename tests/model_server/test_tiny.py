@@ -30,17 +30,26 @@ def test_ensure_reuses_an_existing_model(tiny_model_dir):
 
 def test_template_renders_tools_calls_reasoning_and_tool_results(tiny_model_dir):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
-                {"role": "assistant", "content": "", "reasoning_content": "R",
-                 "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]},
-                {"role": "tool", "content": "T"}]
+    messages = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "U"},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "R",
+            "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"x": 1}}}],
+        },
+        {"role": "tool", "content": "T"},
+    ]
     tools = [{"name": "f", "parameters": {"type": "object"}}]
     text = tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
-    assert text == ("<|im_start|>system\nS\n\n# Tools\nCall a tool by replying <tool_call>{\"name\": NAME, "
-                    "\"arguments\": {...}}</tool_call>.\n<tools>\n{\"name\": \"f\", \"parameters\": "
-                    "{\"type\": \"object\"}}\n</tools><|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
-                    "<|im_start|>assistant\n<think>R</think><tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}"
-                    "</tool_call><|im_end|>\n<|im_start|>tool\nT<|im_end|>\n<|im_start|>assistant\n")
+    assert text == (
+        '<|im_start|>system\nS\n\n# Tools\nCall a tool by replying <tool_call>{"name": NAME, '
+        '"arguments": {...}}</tool_call>.\n<tools>\n{"name": "f", "parameters": '
+        '{"type": "object"}}\n</tools><|im_end|>\n<|im_start|>user\nU<|im_end|>\n'
+        '<|im_start|>assistant\n<think>R</think><tool_call>{"name": "f", "arguments": {"x": 1}}'
+        "</tool_call><|im_end|>\n<|im_start|>tool\nT<|im_end|>\n<|im_start|>assistant\n"
+    )
     shorter = tok.apply_chat_template(messages[:3], tools=tools, tokenize=False)
     assert text.startswith(shorter)  # prefix-stable: what token-in/token-out relies on
     for special in SPECIAL_TOKENS:

@@ -3,6 +3,7 @@ ids; the history is never re-tokenized."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from tests.model_server.conftest import CALC_TOOL
@@ -23,10 +24,18 @@ async def _run_episode(service, *, turns: int, max_tokens: int, seed: int) -> li
     history: list[dict[str, Any]] = [{"role": "user", "content": "What is 12 + 30?"}]
     responses = []
     for turn in range(turns):
-        resp = await service.create({"model": "rollgate-tiny", "input": history, "tools": [CALC_TOOL],
-                                     "instructions": "Use the tools.", "max_output_tokens": max_tokens,
-                                     "temperature": 1.0, "seed": seed + turn,
-                                     "metadata": {"rollgate_training": "true"}})
+        resp = await service.create(
+            {
+                "model": "rollgate-tiny",
+                "input": history,
+                "tools": [CALC_TOOL],
+                "instructions": "Use the tools.",
+                "max_output_tokens": max_tokens,
+                "temperature": 1.0,
+                "seed": seed + turn,
+                "metadata": {"rollgate_training": "true"},
+            }
+        )
         responses.append(resp)
         history = _next_input(history, resp["output"], turn)
     return responses
@@ -43,21 +52,23 @@ async def test_each_turn_prompt_extends_previous_prompt_and_generation(local_sta
     responses = await _run_episode(service, turns=3, max_tokens=48, seed=7)
     for resp in responses:  # every model-produced item carries the same token data
         first = _tokens(resp)
-        assert all((i["prompt_token_ids"], i["generation_token_ids"], i["generation_log_probs"]) == first
-                   for i in resp["output"])
+        assert all(
+            (i["prompt_token_ids"], i["generation_token_ids"], i["generation_log_probs"]) == first
+            for i in resp["output"]
+        )
         assert len(first[1]) == len(first[2]) > 0 and all(lp <= 0.0 for lp in first[2])
         assert resp["output"][0]["weight_version"] == "w0"
-    for prev, cur in zip(responses, responses[1:]):
+    for prev, cur in pairwise(responses):
         p_prompt, p_gen, _ = _tokens(prev)
         c_prompt, _, _ = _tokens(cur)
         prefix = p_prompt + p_gen
         if p_gen[-1] != tok.eos_token_id:  # cut at max tokens: the end-of-turn token is added once
             prefix = prefix + [tok.eos_token_id]
         assert c_prompt[: len(prefix)] == prefix
-        tail = tok.decode(c_prompt[len(prefix):], skip_special_tokens=False)
+        tail = tok.decode(c_prompt[len(prefix) :], skip_special_tokens=False)
         assert tail.startswith("\n<|im_start|>")
         assert tail.endswith("<|im_start|>assistant\n")
-        assert tok.eos_token not in tok.decode(c_prompt[len(prefix):len(prefix) + 1])
+        assert tok.eos_token not in tok.decode(c_prompt[len(prefix) : len(prefix) + 1])
 
 
 async def test_decoded_prompt_reproduces_the_transcript(local_stack):
@@ -78,11 +89,14 @@ async def test_decoded_prompt_reproduces_the_transcript(local_stack):
 
 async def test_first_turn_prompt_is_the_rendered_chat(local_stack):
     service, backend, _ = local_stack
-    resp = await service.create({"model": "rollgate-tiny", "input": "hello", "max_output_tokens": 4,
-                                 "metadata": {"rollgate_training": "true"}})
+    resp = await service.create(
+        {"model": "rollgate-tiny", "input": "hello", "max_output_tokens": 4, "metadata": {"rollgate_training": "true"}}
+    )
     prompt, gen, _ = _tokens(resp)
-    assert backend.tokenizer.decode(prompt, skip_special_tokens=False) == \
-        "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        backend.tokenizer.decode(prompt, skip_special_tokens=False)
+        == "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert resp["usage"]["input_tokens"] == len(prompt) and resp["usage"]["output_tokens"] == len(gen)
 
 
@@ -94,8 +108,15 @@ async def test_token_fields_absent_without_training_mode(local_stack):
 
 async def test_truncated_generation_is_incomplete_with_max_output_tokens_reason(local_stack):
     service, backend, _ = local_stack
-    resp = await service.create({"model": "rollgate-tiny", "input": "Say a lot.", "max_output_tokens": 1,
-                                 "temperature": 0, "metadata": {"rollgate_training": "true"}})
+    resp = await service.create(
+        {
+            "model": "rollgate-tiny",
+            "input": "Say a lot.",
+            "max_output_tokens": 1,
+            "temperature": 0,
+            "metadata": {"rollgate_training": "true"},
+        }
+    )
     _, gen, _ = _tokens(resp)
     if gen[-1] != backend.tokenizer.eos_token_id:  # unless the single token happened to be the end-of-turn token
         assert resp["status"] == "incomplete"

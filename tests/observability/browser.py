@@ -22,9 +22,19 @@ from typing import Any
 import httpx
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-extensions", "--hide-scrollbars",
-         "--window-size=1280,900", "--remote-debugging-port=0"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--hide-scrollbars",
+    "--window-size=1280,900",
+    "--remote-debugging-port=0",
+]
 
 
 def find_chromium() -> str | None:
@@ -49,12 +59,16 @@ class Browser:
         self._ids = itertools.count(1)
         self._stack = contextlib.ExitStack()
 
-    def start(self, timeout_s: float = 30.0) -> "Browser":
+    def start(self, timeout_s: float = 30.0) -> Browser:
         from websockets.sync.client import connect
 
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen([self.executable, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [self.executable, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         port_file = Path(self.profile) / "DevToolsActivePort"
         deadline = time.monotonic() + timeout_s
         while not (port_file.exists() and port_file.read_text().strip()):
@@ -92,8 +106,10 @@ class Browser:
             if value:
                 return value
             if time.monotonic() > deadline:
-                state = self.eval("document.body ? document.body.dataset.state + ' / ' + "
-                                  "document.body.innerText.slice(0, 500) : 'no body'")
+                state = self.eval(
+                    "document.body ? document.body.dataset.state + ' / ' + "
+                    "document.body.innerText.slice(0, 500) : 'no body'"
+                )
                 raise BrowserError(f"timed out waiting for {expression!r}; page: {state}")
             time.sleep(0.05)
 

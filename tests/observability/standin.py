@@ -28,48 +28,90 @@ from rollgate.gateway.ui import ui_router
 
 JOB = "job_viewer_1"
 OTHER_JOB = "job_viewer_2"
-HOSTILE = '<img src=x onerror="document.title=\'pwned\'">'
+HOSTILE = "<img src=x onerror=\"document.title='pwned'\">"
 
 
 def _task(env: str, task_id: str) -> TaskRef:
-    return TaskRef(env=env, task_id=task_id, seed=7,
-                   row={"responses_create_params": {"input": f"task {task_id}"}, "env": env})
+    return TaskRef(
+        env=env, task_id=task_id, seed=7, row={"responses_create_params": {"input": f"task {task_id}"}, "env": env}
+    )
 
 
 def _turn(prompt: int, gen: int) -> Turn:
-    return Turn(prompt_token_ids=list(range(prompt)), generation_token_ids=list(range(gen)),
-                generation_log_probs=[-0.5] * gen, finish_reason="stop", weight_version="w3")
+    return Turn(
+        prompt_token_ids=list(range(prompt)),
+        generation_token_ids=list(range(gen)),
+        generation_log_probs=[-0.5] * gen,
+        finish_reason="stop",
+        weight_version="w3",
+    )
 
 
 def records() -> list[dict]:
     policy = PolicyRef(model="rollgate-tiny", policy_version="v3")
     solved = Trajectory(
-        trajectory_id="traj_solved", group_id="grp_a", sample_index=0, job_id=JOB, task=_task("workplace", "wp-1"),
-        policy=policy, outcome=Outcome.completed, reward=1.0, reward_components={"state": 0.75, "format": 0.25},
+        trajectory_id="traj_solved",
+        group_id="grp_a",
+        sample_index=0,
+        job_id=JOB,
+        task=_task("workplace", "wp-1"),
+        policy=policy,
+        outcome=Outcome.completed,
+        reward=1.0,
+        reward_components={"state": 0.75, "format": 0.25},
         messages=[
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Book room 4 at noon."}]},
-            {"type": "function_call", "name": "book_room", "call_id": "call_1",
-             "arguments": '{"room": 4, "time": "12:00"}'},
+            {
+                "type": "function_call",
+                "name": "book_room",
+                "call_id": "call_1",
+                "arguments": '{"room": 4, "time": "12:00"}',
+            },
             {"type": "function_call_output", "call_id": "call_1", "output": "booked room 4 at 12:00"},
             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done: room 4."}]},
         ],
-        turns=[_turn(31, 12), _turn(58, 5)], timings=Timings(total_s=1.25, model_s=0.75, tools_s=0.25, verify_s=0.125),
-        metrics={"turns": 2, "tool_calls": 1})
+        turns=[_turn(31, 12), _turn(58, 5)],
+        timings=Timings(total_s=1.25, model_s=0.75, tools_s=0.25, verify_s=0.125),
+        metrics={"turns": 2, "tool_calls": 1},
+    )
     partial = Trajectory(
-        trajectory_id="traj_partial", group_id="grp_b", sample_index=1, job_id=JOB, task=_task("math", "m-2"),
-        policy=policy, outcome=Outcome.truncated, reward=0.25, turns=[_turn(20, 64)],
-        messages=[{"type": "message", "role": "user", "content": "What is 6*7?"},
-                  {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": HOSTILE}]}],
-        timings=Timings(total_s=0.5))
+        trajectory_id="traj_partial",
+        group_id="grp_b",
+        sample_index=1,
+        job_id=JOB,
+        task=_task("math", "m-2"),
+        policy=policy,
+        outcome=Outcome.truncated,
+        reward=0.25,
+        turns=[_turn(20, 64)],
+        messages=[
+            {"type": "message", "role": "user", "content": "What is 6*7?"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": HOSTILE}]},
+        ],
+        timings=Timings(total_s=0.5),
+    )
     broken = Trajectory(
-        trajectory_id="traj_broken", group_id="grp_c", job_id=JOB, task=_task("math", "m-3"), policy=policy,
+        trajectory_id="traj_broken",
+        group_id="grp_c",
+        job_id=JOB,
+        task=_task("math", "m-3"),
+        policy=policy,
         outcome=Outcome.model_error,
         error=ErrorInfo(kind=ErrorKind.upstream, component="model", message="model server answered 502"),
-        messages=[{"type": "message", "role": "user", "content": "What is 1+1?"}], timings=Timings(total_s=0.125))
-    bad_row = FailureRecord(job_id=JOB, task_id="row-9", line=9,
-                            error=ErrorInfo(kind=ErrorKind.bad_request, component="gateway",
-                                            field="responses_create_params.input",
-                                            message="responses_create_params.input is required"))
+        messages=[{"type": "message", "role": "user", "content": "What is 1+1?"}],
+        timings=Timings(total_s=0.125),
+    )
+    bad_row = FailureRecord(
+        job_id=JOB,
+        task_id="row-9",
+        line=9,
+        error=ErrorInfo(
+            kind=ErrorKind.bad_request,
+            component="gateway",
+            field="responses_create_params.input",
+            message="responses_create_params.input is required",
+        ),
+    )
     return [r.model_dump(mode="json") for r in (solved, partial, broken, bad_row)]
 
 
@@ -91,8 +133,10 @@ def standin_gateway(api_key: str | None = None) -> FastAPI:
     async def results(job: str):
         if job not in data:
             raise NotFound(f"no job {job}", component="gateway", field="job_id")
-        lines = [{"cursor": f"{job}:{i + 1}", "type": "trajectory" if "trajectory_id" in r else "failure",
-                  "record": r} for i, r in enumerate(data[job])]
+        lines = [
+            {"cursor": f"{job}:{i + 1}", "type": "trajectory" if "trajectory_id" in r else "failure", "record": r}
+            for i, r in enumerate(data[job])
+        ]
         lines.append({"cursor": f"{job}:{len(lines)}", "type": "end", "progress": {"job_id": job}})
         body = b"".join(jsonutil.dumps(line) + b"\n" for line in lines)
         return Response(body, media_type="application/x-ndjson")

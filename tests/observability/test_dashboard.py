@@ -45,8 +45,9 @@ def load() -> dict:
 
 
 def exprs(dash: dict) -> list[tuple[str, str]]:
-    return [(p["title"], t["expr"]) for p in dash["panels"] for t in p.get("targets", [])] + \
-           [("variable " + v["name"], v["definition"]) for v in dash["templating"]["list"] if v.get("definition")]
+    return [(p["title"], t["expr"]) for p in dash["panels"] for t in p.get("targets", [])] + [
+        ("variable " + v["name"], v["definition"]) for v in dash["templating"]["list"] if v.get("definition")
+    ]
 
 
 def test_exported_series_reflect_prometheus_naming():
@@ -87,9 +88,18 @@ def test_quantiles_are_taken_over_buckets_grouped_by_le():
     assert found >= 2  # p50 and p99 hop latency at least
 
 
-@pytest.mark.parametrize("metric", ["rollgate_rollouts_finished_total", "rollgate_hop_latency_seconds_bucket",
-                                    "rollgate_queue_depth", "rollgate_reward_bucket", "rollgate_tokens_total",
-                                    "rollgate_sessions_in_flight", "rollgate_tool_calls_total"])
+@pytest.mark.parametrize(
+    "metric",
+    [
+        "rollgate_rollouts_finished_total",
+        "rollgate_hop_latency_seconds_bucket",
+        "rollgate_queue_depth",
+        "rollgate_reward_bucket",
+        "rollgate_tokens_total",
+        "rollgate_sessions_in_flight",
+        "rollgate_tool_calls_total",
+    ],
+)
 def test_dashboard_covers_the_core_signals(metric):
     assert any(metric in e for _, e in exprs(load()))
 
@@ -104,7 +114,7 @@ def test_dashboard_is_valid_grafana_json_with_a_datasource_variable():
     cells: set[tuple[int, int]] = set()
     for p in dash["panels"]:
         g = p["gridPos"]
-        assert 0 <= g["x"] and g["x"] + g["w"] <= 24 and g["h"] >= 1, p["title"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24 and g["h"] >= 1, p["title"]
         area = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
         assert not area & cells, f"panel {p['title']!r} overlaps another"
         cells |= area

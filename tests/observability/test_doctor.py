@@ -39,8 +39,11 @@ def counter_env_url():
 
 
 async def test_doctor_is_green_against_real_redis_and_a_real_resources_server(tmp_path, redis_url, counter_env_url):
-    results = by_name(await run_checks(settings_for(tmp_path, redis_url=redis_url, api_key="k",
-                                                    env_urls={"counter": [counter_env_url]})))
+    results = by_name(
+        await run_checks(
+            settings_for(tmp_path, redis_url=redis_url, api_key="k", env_urls={"counter": [counter_env_url]})
+        )
+    )
     assert results["redis"].status is Status.ok and "answered PING" in results["redis"].detail
     assert results["env:counter"].status is Status.ok
     assert results["env:counter"].detail.endswith("3 tool(s)")  # add, reset, slow_read
@@ -52,12 +55,17 @@ async def test_doctor_is_green_against_real_redis_and_a_real_resources_server(tm
 
 def test_doctor_command_fails_on_a_wrong_redis_url_and_says_how_to_fix_it(tmp_path):
     config = tmp_path / "rollgate.yaml"
-    config.write_text(yaml.safe_dump({"home": str(tmp_path), "envs": [], "model": {"backend": "scripted"},
-                                      "api_key": "k"}))
+    config.write_text(
+        yaml.safe_dump({"home": str(tmp_path), "envs": [], "model": {"backend": "scripted"}, "api_key": "k"})
+    )
     wrong = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     started = time.monotonic()
-    done = subprocess.run(rollgate_cmd("doctor", "--config", str(config), "--redis-url", wrong),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        rollgate_cmd("doctor", "--config", str(config), "--redis-url", wrong),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     redis_line = next(i for i, line in enumerate(lines) if line.split()[1:2] == ["redis"])
@@ -72,10 +80,20 @@ def test_doctor_command_json_output_is_machine_readable(tmp_path, redis_url):
     import json
 
     config = tmp_path / "rollgate.yaml"
-    config.write_text(yaml.safe_dump({"home": str(tmp_path), "envs": [], "model": {"backend": "scripted"},
-                                      "redis_url": redis_url, "api_key": "k"}))
-    done = subprocess.run(rollgate_cmd("doctor", "--config", str(config), "--json"),
-                          capture_output=True, text=True, timeout=120)
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "home": str(tmp_path),
+                "envs": [],
+                "model": {"backend": "scripted"},
+                "redis_url": redis_url,
+                "api_key": "k",
+            }
+        )
+    )
+    done = subprocess.run(
+        rollgate_cmd("doctor", "--config", str(config), "--json"), capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     results = {r["name"]: r for r in json.loads(done.stdout)}
     assert results["redis"]["status"] == "OK"
@@ -129,8 +147,9 @@ async def test_gateway_check_names_a_wrong_api_key(tmp_path):
 
 
 async def test_unknown_in_process_environment_fails_naming_the_known_ones(tmp_path):
-    results = by_name(await run_checks(Settings(home=str(tmp_path), envs=["nope"],
-                                                model=ModelSettings(backend="scripted"))))
+    results = by_name(
+        await run_checks(Settings(home=str(tmp_path), envs=["nope"], model=ModelSettings(backend="scripted")))
+    )
     assert results["env:nope"].status is Status.fail and "math" in results["env:nope"].fix
 
 
@@ -156,7 +175,12 @@ async def test_model_check_against_a_real_model_server(tmp_path):
     served = Settings(model=ModelSettings(backend="scripted", model_path=str(tmp_path / "none")))
     with serve_in_thread(build_app(served)) as url:
         good = by_name(await run_checks(settings_for(tmp_path, model_url=url, api_key="k")))
-        other = by_name(await run_checks(settings_for(
-            tmp_path, model_url=url, api_key="k", model=ModelSettings(backend="scripted", served_name="other"))))
+        other = by_name(
+            await run_checks(
+                settings_for(
+                    tmp_path, model_url=url, api_key="k", model=ModelSettings(backend="scripted", served_name="other")
+                )
+            )
+        )
     assert good["model"].status is Status.ok and served.model.served_name in good["model"].detail
     assert other["model"].status is Status.warn and "served_name" in other["model"].fix

@@ -76,9 +76,8 @@ def test_plain_logs_append_the_bound_ids(capsys, restore_root_logging):
 
 
 def test_unknown_context_field_is_an_error_naming_it():
-    with pytest.raises(ValueError, match="trajectory"):
-        with log_context(trajectory="traj_1"):  # a typo of trajectory_id
-            pass
+    with pytest.raises(ValueError, match="trajectory"), log_context(trajectory="traj_1"):  # a typo of trajectory_id
+        pass
     assert current_log_context() == {}
 
 

@@ -33,8 +33,11 @@ def rows_of(env: str, n: int) -> list[dict]:
 def scrape(client: httpx.Client) -> dict[tuple[str, tuple], float]:
     """(sample name, sorted labels) -> value."""
     text = client.get("/metrics").text
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 def series(samples, name: str, **match: str) -> dict[tuple, float]:
@@ -55,12 +58,18 @@ def job():
 
     tiny = Settings().model.model_path
     ensure_tiny_model(tiny)  # built once per machine, then cached (the other e2e tests share it)
-    settings = Settings(envs=ENVS, model={"backend": "scripted", "model_path": tiny},
-                        agent={"max_turns": 3, "concurrency": 8})
+    settings = Settings(
+        envs=ENVS, model={"backend": "scripted", "model_path": tiny}, agent={"max_turns": 3, "concurrency": 8}
+    )
     broken = rows_of("math", 1)[0]
-    broken = {**broken, "task_id": "broken-script",
-              "responses_create_params": {**broken["responses_create_params"],
-                                          "metadata": {"rollgate_script": "not a script"}}}
+    broken = {
+        **broken,
+        "task_id": "broken-script",
+        "responses_create_params": {
+            **broken["responses_create_params"],
+            "metadata": {"rollgate_script": "not a script"},
+        },
+    }
     rows = [*rows_of("math", 3), *rows_of("workplace", 2), broken]
     with serve_in_thread(build_app(settings), timeout_s=120) as url:
         client = httpx.Client(base_url=url, timeout=60)

@@ -33,19 +33,24 @@ def test_viewer_lists_jobs_and_the_trajectories_of_the_chosen_job(browser, viewe
     jobs = browser.eval("[...document.querySelectorAll('#jobs tbody tr')].map(r => r.dataset.job)")
     assert jobs == [JOB, OTHER_JOB]
     browser.eval(f"document.querySelector('#jobs tr[data-job=\"{JOB}\"]').click()")
-    browser.wait_for(f"location.hash.includes('{JOB}') && {READY} && document.querySelectorAll('#trajectories tbody tr').length")
+    browser.wait_for(
+        f"location.hash.includes('{JOB}') && {READY} && document.querySelectorAll('#trajectories tbody tr').length"
+    )
     assert browser.eval(ROWS) == ["traj_solved", "traj_partial", "traj_broken", "failure-9"]
     outcomes = browser.eval("[...document.querySelectorAll('#trajectories .badge')].map(b => b.textContent)")
     assert outcomes == ["completed", "truncated", "model_error", "failure"]
     assert browser.eval("document.querySelector('#list-summary').textContent") == "4 of 4 records"
 
 
-@pytest.mark.parametrize(("hash_", "expected"), [
-    ("&outcome=completed", ["traj_solved"]),
-    ("&env=math", ["traj_partial", "traj_broken"]),
-    ("&rmin=0.1&rmax=0.5", ["traj_partial"]),  # records without a reward never match a reward range
-    ("&rmin=0.3", ["traj_solved"]),
-])
+@pytest.mark.parametrize(
+    ("hash_", "expected"),
+    [
+        ("&outcome=completed", ["traj_solved"]),
+        ("&env=math", ["traj_partial", "traj_broken"]),
+        ("&rmin=0.1&rmax=0.5", ["traj_partial"]),  # records without a reward never match a reward range
+        ("&rmin=0.3", ["traj_solved"]),
+    ],
+)
 def test_viewer_filters_by_env_outcome_and_reward_range(browser, viewer_url, hash_, expected):
     open_view(browser, viewer_url, f"#job={JOB}{hash_}")
     assert browser.eval(ROWS) == expected
@@ -53,8 +58,9 @@ def test_viewer_filters_by_env_outcome_and_reward_range(browser, viewer_url, has
 
 def test_viewer_filter_controls_update_the_list(browser, viewer_url):
     open_view(browser, viewer_url, f"#job={JOB}")
-    browser.eval("const s = document.querySelector('#f-outcome'); s.value = 'model_error';"
-                 "s.dispatchEvent(new Event('change'))")
+    browser.eval(
+        "const s = document.querySelector('#f-outcome'); s.value = 'model_error';s.dispatchEvent(new Event('change'))"
+    )
     browser.wait_for("location.hash.includes('outcome=model_error')")
     browser.wait_for(f"{READY} && document.querySelectorAll('#trajectories tbody tr').length === 1")
     assert browser.eval(ROWS) == ["traj_broken"]
@@ -66,12 +72,27 @@ def test_viewer_renders_one_trajectory_as_a_conversation(browser, viewer_url):
     browser.wait_for("!!document.querySelector('#detail-reward')")
     detail = browser.eval("document.querySelector('#detail-pane').innerText")
     assert browser.eval("document.querySelector('#detail-reward').textContent") == "1"
-    for expected in ("traj_solved", "completed", "state", "0.75", "format", "0.25",  # reward components
-                     "Book room 4 at noon.", "book_room", '"room": 4', "booked room 4 at 12:00", "Done: room 4.",
-                     "rollgate-tiny", "v3", "wp-1", "workplace"):
+    for expected in (
+        "traj_solved",
+        "completed",
+        "state",
+        "0.75",
+        "format",
+        "0.25",  # reward components
+        "Book room 4 at noon.",
+        "book_room",
+        '"room": 4',
+        "booked room 4 at 12:00",
+        "Done: room 4.",
+        "rollgate-tiny",
+        "v3",
+        "wp-1",
+        "workplace",
+    ):
         assert expected in detail, expected
-    turns = browser.eval("[...document.querySelectorAll('table.turns tbody tr')]"
-                         ".map(r => [...r.cells].map(c => c.textContent))")
+    turns = browser.eval(
+        "[...document.querySelectorAll('table.turns tbody tr')].map(r => [...r.cells].map(c => c.textContent))"
+    )
     assert turns == [["1", "31", "12", "-0.5", "stop", "w3"], ["2", "58", "5", "-0.5", "stop", "w3"]]
     timings = browser.eval("[...document.querySelectorAll('#detail-pane table.kv')].at(-1).innerText")
     assert "1.25" in timings and "0.75" in timings and "0.125" in timings
@@ -109,8 +130,9 @@ def test_viewer_asks_for_the_token_and_sends_it_as_a_bearer(browser):
         banner = browser.eval("document.querySelector('#banner').innerText")
         assert "401" in banner or "bearer token" in banner
         assert "API token" in banner
-        browser.eval("document.querySelector('#token').value = 's3cret';"
-                     "document.querySelector('#token-form').requestSubmit()")
+        browser.eval(
+            "document.querySelector('#token').value = 's3cret';document.querySelector('#token-form').requestSubmit()"
+        )
         browser.wait_for(READY)
         assert browser.eval(ROWS) == ["traj_solved", "traj_partial", "traj_broken", "failure-9"]
         assert browser.eval("sessionStorage.getItem('rollgate.token')") == "s3cret"

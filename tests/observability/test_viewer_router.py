@@ -17,7 +17,7 @@ from rollgate.gateway.ui import ASSETS, ui_router
 @pytest.fixture(scope="module")
 def base_url():
     app: FastAPI = make_app("viewer only", component="gateway")
-    app.include_router(ui_router(api_base="https://example.invalid/gw\"><x"))
+    app.include_router(ui_router(api_base='https://example.invalid/gw"><x'))
     with serve_in_thread(app) as url:
         yield url
 
@@ -51,8 +51,9 @@ def test_an_unknown_asset_is_a_404_naming_the_field(base_url):
     assert r.json()["error"]["kind"] == "not_found" and r.json()["error"]["field"] == "name"
 
 
-@pytest.mark.parametrize("path", ["/ui/static/..%2F__init__.py", "/ui/static/%2e%2e/__init__.py",
-                                  "/ui/static/../__init__.py"])
+@pytest.mark.parametrize(
+    "path", ["/ui/static/..%2F__init__.py", "/ui/static/%2e%2e/__init__.py", "/ui/static/../__init__.py"]
+)
 def test_paths_outside_the_asset_table_never_reach_the_file_system(base_url, path):
     r = httpx.get(base_url + path)
     assert r.status_code == 404

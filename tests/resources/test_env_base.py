@@ -41,8 +41,13 @@ async def test_tool_calls_change_state_and_verify_reads_it():
 async def test_bad_arguments_are_error_outputs_for_the_model():
     rt = EnvRuntime(CounterEnv(), MemorySessionStore())
     sid = (await rt.seed(ROW)).session_id
-    cases = [({"amount": "lots"}, "amount"), ({"amount": 9}, "amount"), ({}, "amount"),
-             ({"amount": 1, "bogus": 1}, "bogus"), ("{not json", "not valid JSON")]
+    cases = [
+        ({"amount": "lots"}, "amount"),
+        ({"amount": 9}, "amount"),
+        ({}, "amount"),
+        ({"amount": 1, "bogus": 1}, "bogus"),
+        ("{not json", "not valid JSON"),
+    ]
     for args, needle in cases:
         out = await rt.call_tool(sid, "add", args)
         assert out.is_error and needle in out.output, (args, out)
@@ -105,9 +110,12 @@ async def test_nemo_gym_compatibility_routes():
         assert r.status_code == 200 and "rollgate_session" in r.cookies
         r = await c.post("/add", json={"amount": 3})  # cookie carries the session
         assert r.json()["output"] == "value=3"
-        body = {"responses_create_params": {"input": "x"},
-                "response": {"output": [{"type": "message", "role": "assistant",
-                                         "content": [{"type": "output_text", "text": "3"}]}]}}
+        body = {
+            "responses_create_params": {"input": "x"},
+            "response": {
+                "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "3"}]}]
+            },
+        }
         r = await c.post("/verify", json=body)
         assert r.json()["reward"] == 1.5 and r.json()["responses_create_params"] == {"input": "x"}
     async with httpx.AsyncClient(transport=transport, base_url="http://env") as fresh:

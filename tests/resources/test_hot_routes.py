@@ -56,8 +56,10 @@ async def conversation(c: httpx.AsyncClient, base: str) -> list[tuple[int, Any]]
 async def test_hot_routes_answer_exactly_like_the_fastapi_routes():
     standalone = create_resources_app(EnvRuntime(CounterEnv(), MemorySessionStore()))
     assert len(standalone.state.hot_routes) == 4
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=standalone), base_url="http://a") as a, \
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=mounted_app()), base_url="http://b") as b:
+    async with (
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=standalone), base_url="http://a") as a,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=mounted_app()), base_url="http://b") as b,
+    ):
         hot = await conversation(a, "")
         routed = await conversation(b, "/envs/counter")
     assert hot == routed
@@ -87,8 +89,9 @@ async def test_a_crashing_hot_handler_is_a_typed_500_and_the_size_limit_still_ap
         raise RuntimeError(f"boom {params['x']}")
 
     hot_route(app, "POST", "/crash/{x}", crash)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
-                                 base_url="http://a") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url="http://a"
+    ) as c:
         r = await c.post("/crash/7", content=b"{}")
         assert r.status_code == 500
         assert r.json()["error"] == {"kind": "internal", "component": "svc", "message": "RuntimeError: boom 7"}

@@ -32,8 +32,12 @@ def replicas(redis_url, tmp_path_factory):
         for name in ("a", "b"):
             port = free_port()
             procs[(env, name)] = ServerProcess(
-                rollgate_cmd("serve", "--role", "resources", "--env", env, "--port", str(port),
-                             "--redis-url", redis_url), port, log_path=logs / f"{env}-{name}.log")
+                rollgate_cmd(
+                    "serve", "--role", "resources", "--env", env, "--port", str(port), "--redis-url", redis_url
+                ),
+                port,
+                log_path=logs / f"{env}-{name}.log",
+            )
     try:
         with concurrent.futures.ThreadPoolExecutor(len(procs)) as pool:
             list(pool.map(lambda p: p.start(timeout_s=90), procs.values()))
@@ -54,11 +58,11 @@ async def test_one_session_served_alternately_by_two_replicas(replicas):
     row = _row("workplace", 0)  # email_contact: lookup_contact then send_email
     lookup, send = row["gold"]["calls"]
     async with httpx.AsyncClient(timeout=30) as c:
-        sid = (await c.post(f"{a}/sessions", json=row)).json()["session_id"]            # seed on A
+        sid = (await c.post(f"{a}/sessions", json=row)).json()["session_id"]  # seed on A
         try:
-            found = await _call(c, b, sid, lookup["name"], lookup["arguments"])          # tool on B
+            found = await _call(c, b, sid, lookup["name"], lookup["arguments"])  # tool on B
             assert send["arguments"]["recipient"] in found["output"]
-            sent = await _call(c, a, sid, send["name"], send["arguments"])               # tool on A
+            sent = await _call(c, a, sid, send["name"], send["arguments"])  # tool on A
             assert not sent["is_error"]
             r = await c.post(f"{b}/sessions/{sid}/verify", json={"response": "Answer: done"})  # verify on B
             assert r.status_code == 200 and r.json()["reward"] == 1.0, r.text
@@ -99,8 +103,10 @@ async def test_concurrent_moves_on_both_replicas_lose_no_update(replicas):
     async with httpx.AsyncClient(timeout=60) as c:
         sid = (await c.post(f"{a}/sessions", json=row)).json()["session_id"]
         try:
-            calls = [_call(c, (a, b)[i % 2], sid, "move", {"direction": ("left", "down", "right", "down")[i % 4]})
-                     for i in range(16)]
+            calls = [
+                _call(c, (a, b)[i % 2], sid, "move", {"direction": ("left", "down", "right", "down")[i % 4]})
+                for i in range(16)
+            ]
             outs = await asyncio.gather(*calls)
             ok = sum(not o["is_error"] for o in outs)
             view = await _call(c, b, sid, "view_board", {})
@@ -118,7 +124,9 @@ async def test_the_same_seeded_game_plays_identically_on_either_replica(replicas
         s1 = (await c.post(f"{a}/sessions", json=row)).json()["session_id"]
         s2 = (await c.post(f"{b}/sessions", json=row)).json()["session_id"]
         try:
-            out1 = [(await _call(c, (a, b)[i % 2], s1, m["name"], m["arguments"]))["output"] for i, m in enumerate(moves)]
+            out1 = [
+                (await _call(c, (a, b)[i % 2], s1, m["name"], m["arguments"]))["output"] for i, m in enumerate(moves)
+            ]
             out2 = [(await _call(c, b, s2, m["name"], m["arguments"]))["output"] for m in moves]
             assert out1 == out2
             r = await c.post(f"{a}/sessions/{s1}/verify", json={"response": "Answer: done"})

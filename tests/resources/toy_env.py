@@ -27,8 +27,12 @@ class CounterEnv(Environment):
         return CounterState(target=target), f"reach {target}"
 
     @tool
-    def add(self, state: CounterState, amount: Annotated[int, Field(ge=1, le=5, description="how much to add")],
-            note: str = "") -> str:
+    def add(
+        self,
+        state: CounterState,
+        amount: Annotated[int, Field(ge=1, le=5, description="how much to add")],
+        note: str = "",
+    ) -> str:
         """Add an amount (1..5) to the counter.
 
         Longer text that is not part of the description."""
@@ -49,7 +53,7 @@ class CounterEnv(Environment):
         """Read the counter from a worker thread."""
         return state.value
 
-    def verify(self, state: CounterState, task: TaskRow, request: VerifyRequest) -> VerifyResult:
+    def verify(self, state: CounterState, request: VerifyRequest) -> VerifyResult:
         hit = 1.0 if state.value == state.target else 0.0
         said = 0.5 if final_response_text(request).strip() == str(state.target) else 0.0
         return VerifyResult(reward=hit + said, reward_components={"state": hit, "answer": said})

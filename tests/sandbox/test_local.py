@@ -78,8 +78,13 @@ async def test_executions_are_counted_in_metrics():
         await sb.exec(code="while True: pass", timeout_s=0.5)
     finally:
         await sb.destroy()
-    value = lambda result: metrics.registry.get_sample_value("rollgate_sandbox_executions_total",  # noqa: E731
-                                                             {"result": result})
+
+    def value(result):
+        return metrics.registry.get_sample_value(
+            "rollgate_sandbox_executions_total",  # noqa: E731
+            {"result": result},
+        )
+
     assert (value("ok"), value("error"), value("timeout")) == (1.0, 1.0, 1.0)
 
 
@@ -128,8 +133,7 @@ async def test_concurrent_runs_do_not_block_the_event_loop(provider):
     tick_task = asyncio.ensure_future(ticker())
     t0 = time.monotonic()
     try:
-        results = await asyncio.gather(*(s.exec(code="import time; time.sleep(0.5); print('done')")
-                                         for s in sandboxes))
+        results = await asyncio.gather(*(s.exec(code="import time; time.sleep(0.5); print('done')") for s in sandboxes))
     finally:
         stop = True
         await tick_task

@@ -5,6 +5,7 @@ run in a fresh sandbox, and no process of the attacker's sandbox survives."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import threading
@@ -49,8 +50,7 @@ async def test_infinite_loop_is_killed_at_the_wall_clock(provider, sandbox):
 
 
 async def test_fork_bomb_is_bounded_by_the_process_limit(provider, sandbox: LocalSandbox):
-    bomb = ("import os\nn = 0\nwhile True:\n    try:\n        os.fork(); n += 1\n"
-            "    except OSError:\n        pass\n")
+    bomb = "import os\nn = 0\nwhile True:\n    try:\n        os.fork(); n += 1\n    except OSError:\n        pass\n"
     r = await sandbox.exec(code=bomb, timeout_s=1.5)
     assert not r.ok and r.killed_by is not None
     if sandbox.lease is not None:
@@ -67,8 +67,10 @@ async def test_memory_bomb_fails_inside_the_sandbox(provider, sandbox):
 
 
 async def test_huge_file_is_cut_at_the_file_size_limit(provider, sandbox):
-    code = ("import os\ntry:\n    with open('big.bin', 'wb') as f:\n        while True:\n"
-            "            f.write(b'x' * 2**20)\nexcept OSError as e:\n    print('refused', e.errno)\n    raise\n")
+    code = (
+        "import os\ntry:\n    with open('big.bin', 'wb') as f:\n        while True:\n"
+        "            f.write(b'x' * 2**20)\nexcept OSError as e:\n    print('refused', e.errno)\n    raise\n"
+    )
     r = await sandbox.exec(code=code)
     assert not r.ok and ("refused 27" in r.stdout or r.killed_by == "file_size_limit"), r  # 27 = EFBIG
     size = len(await sandbox.read_file("big.bin", max_bytes=64 * 2**20))
@@ -86,15 +88,15 @@ async def test_no_network_even_to_loopback(provider, sandbox):
     server.settimeout(5)
 
     def accept_once() -> None:
-        try:
+        with contextlib.suppress(OSError):
             accepted.append(server.accept()[0])
-        except OSError:
-            pass
 
     thread = threading.Thread(target=accept_once, daemon=True)
     thread.start()
-    code = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
-            "s.sendall(b'leak')\nprint('connected')")
+    code = (
+        f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+        "s.sendall(b'leak')\nprint('connected')"
+    )
     r = await sandbox.exec(code=code)
     assert r.exit_code != 0 and "connected" not in r.stdout
     assert "OSError" in r.stderr or "Error" in r.stderr, r.stderr
@@ -115,10 +117,12 @@ async def test_one_session_cannot_read_another_sessions_files(provider):
     try:
         await a.write_file("secret.txt", "the answer of session a")
         assert (await a.exec(code="print(open('secret.txt').read())")).stdout.startswith("the answer")
-        code = ("import os, sys\nfor p in sys.argv[1:]:\n    try:\n        print(open(p).read())\n"
-                "    except OSError as e:\n        print('denied', type(e).__name__)\n"
-                "try:\n    print(os.listdir(os.path.dirname(sys.argv[1])))\nexcept OSError as e:\n"
-                "    print('denied', type(e).__name__)\n")
+        code = (
+            "import os, sys\nfor p in sys.argv[1:]:\n    try:\n        print(open(p).read())\n"
+            "    except OSError as e:\n        print('denied', type(e).__name__)\n"
+            "try:\n    print(os.listdir(os.path.dirname(sys.argv[1])))\nexcept OSError as e:\n"
+            "    print('denied', type(e).__name__)\n"
+        )
         await b.write_file("probe.py", code)
         r = await b.exec(["python3", "probe.py", os.path.join(a.workdir, "secret.txt")])
         assert "the answer" not in r.stdout and r.stdout.count("denied") == 2, r
@@ -139,7 +143,8 @@ async def test_service_environment_and_private_files_stay_hidden(provider, sandb
         f"for p in [{str(private)!r}, '/proc/{os.getpid()}/environ', '/proc/1/environ', '/proc/self/environ']:\n"
         "    try:\n        out.append(open(p, 'rb').read().decode(errors='replace'))\n"
         "    except OSError as e:\n        out.append('denied ' + type(e).__name__)\n"
-        "print('\\n'.join(out))\n")
+        "print('\\n'.join(out))\n"
+    )
     r = await sandbox.exec(code=code)
     assert r.exit_code == 0, r
     assert secret not in r.stdout and "ROLLGATE_TEST_SECRET" not in r.stdout
@@ -150,11 +155,13 @@ async def test_service_environment_and_private_files_stay_hidden(provider, sandb
 @needs_isolation
 async def test_sandbox_cannot_kill_the_service(provider, sandbox):
     me = os.getpid()
-    code = ("import os, signal\nfor pid in (os.getppid(), %d, -1, 0):\n    try:\n        os.kill(pid, 9)\n"
-            "        print('sent', pid)\n    except OSError as e:\n"
-            "        print('refused', pid, type(e).__name__)\n" % me)
+    code = (
+        "import os, signal\nfor pid in (os.getppid(), %d, -1, 0):\n    try:\n        os.kill(pid, 9)\n"
+        "        print('sent', pid)\n    except OSError as e:\n"
+        "        print('refused', pid, type(e).__name__)\n".replace("%d", str(me))
+    )
     r = await sandbox.exec(code=code)
-    r2 = await sandbox.exec(["sh", "-c", "kill -9 -1; kill -9 %d; echo done" % me])
+    r2 = await sandbox.exec(["sh", "-c", f"kill -9 -1; kill -9 {me}; echo done"])
     assert os.getpid() == me  # we are still here to assert anything at all
     assert f"refused {me}" in r.stdout, r
     assert "done" in r2.stdout or r2.exit_code is not None or r2.killed_by, r2
@@ -168,7 +175,8 @@ async def test_double_forked_daemon_does_not_outlive_the_run(provider, sandbox: 
         "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
         f"        os.execvp('sh', ['sh', '-c', 'while true; do date >> beat.txt; sleep 0.1; done', '{tag}'])\n"
         "    os._exit(0)\n"
-        "time.sleep(0.3)\nprint('parent exits')\n")
+        "time.sleep(0.3)\nprint('parent exits')\n"
+    )
     r = await sandbox.exec(code=code)
     assert "parent exits" in r.stdout, r
     await asyncio.sleep(0.3)
@@ -181,8 +189,9 @@ async def test_double_forked_daemon_does_not_outlive_the_run(provider, sandbox: 
     await still_serving(provider)
 
 
-@pytest.mark.parametrize("flood", ["print('x' * 10**6, end='')",
-                                   "import sys\nwhile True: sys.stdout.write('y' * 65536)"])
+@pytest.mark.parametrize(
+    "flood", ["print('x' * 10**6, end='')", "import sys\nwhile True: sys.stdout.write('y' * 65536)"]
+)
 async def test_output_is_bounded(provider, sandbox, flood):
     r = await sandbox.exec(code=flood)
     assert len(r.stdout.encode()) <= provider.limits.max_output_bytes and r.stdout_truncated

@@ -13,8 +13,15 @@ from rollgate.sandbox.kubernetes import SANDBOX_LABEL, KubernetesProvider
 from rollgate.sandbox.pool import WarmPool
 from rollgate.sandbox.remote import CliSandbox, container_path
 
-LIMITS = {"memory_bytes": 256 * 2**20, "max_procs": 32, "cpu_s": 5, "max_open_files": 128,
-          "max_file_bytes": 2**20, "max_workdir_bytes": 8 * 2**20, "tmpfs_bytes": 4 * 2**20}
+LIMITS = {
+    "memory_bytes": 256 * 2**20,
+    "max_procs": 32,
+    "cpu_s": 5,
+    "max_open_files": 128,
+    "max_file_bytes": 2**20,
+    "max_workdir_bytes": 8 * 2**20,
+    "tmpfs_bytes": 4 * 2**20,
+}
 
 
 def _opt(argv: list[str], flag: str) -> list[str]:
@@ -38,8 +45,9 @@ def test_docker_container_has_no_network_no_privileges_and_caps():
 
 
 def test_remote_exec_is_bounded_inside_and_outside_the_container():
-    sb = CliSandbox("c1", DockerProvider().exec_prefix("c1"), ["docker", "rm", "--force", "c1"],
-                    DockerProvider().limits)
+    sb = CliSandbox(
+        "c1", DockerProvider().exec_prefix("c1"), ["docker", "rm", "--force", "c1"], DockerProvider().limits
+    )
     argv = sb.exec_argv(["python3", "x.py"], 7.5)
     assert argv[:4] == ["docker", "exec", "--interactive", "--workdir"]
     assert argv[5:] == ["c1", "timeout", "-s", "KILL", "7.5s", "python3", "x.py"]
@@ -62,7 +70,9 @@ def test_kubernetes_pod_is_locked_down_and_valid():
     assert spec["hostNetwork"] is False and spec["runtimeClassName"] == "gvisor"
     assert container["resources"]["limits"]["memory"] == str(256 * 2**20)
     assert {v["name"]: v["emptyDir"]["sizeLimit"] for v in spec["volumes"]} == {
-        "work": str(8 * 2**20), "tmp": str(4 * 2**20)}
+        "work": str(8 * 2**20),
+        "tmp": str(4 * 2**20),
+    }
     assert pod["metadata"]["labels"][SANDBOX_LABEL] == "true"
 
 

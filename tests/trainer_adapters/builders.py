@@ -16,11 +16,19 @@ LOGPROBS = [[-0.5, -0.25, -0.125], [-1.5, -0.75], [-0.1, -0.2, -0.3, -0.4]]
 
 ROW = {
     "responses_create_params": {
-        "input": [{"role": "system", "content": "Use the calculator."},
-                  {"role": "user", "content": "What is 12*7+3?"}],
-        "tools": [{"type": "function", "name": "calculator", "description": "Evaluate an expression.",
-                   "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
-                                  "required": ["expression"]}}],
+        "input": [{"role": "system", "content": "Use the calculator."}, {"role": "user", "content": "What is 12*7+3?"}],
+        "tools": [
+            {
+                "type": "function",
+                "name": "calculator",
+                "description": "Evaluate an expression.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"expression": {"type": "string"}},
+                    "required": ["expression"],
+                },
+            }
+        ],
     },
     "expected_answer": "87",
     "env": "math",
@@ -44,15 +52,29 @@ def three_turns(prompt: list[int] = PROMPT) -> list[Turn]:
     for k in range(3):
         if k > 0:
             history = history + SPLICE[k - 1]
-        turns.append(Turn(prompt_token_ids=list(history), generation_token_ids=GEN[k],
-                          generation_log_probs=LOGPROBS[k], finish_reason="stop", weight_version="v3"))
+        turns.append(
+            Turn(
+                prompt_token_ids=list(history),
+                generation_token_ids=GEN[k],
+                generation_log_probs=LOGPROBS[k],
+                finish_reason="stop",
+                weight_version="v3",
+            )
+        )
         history = history + GEN[k]
     return turns
 
 
-def trajectory(outcome: Outcome = Outcome.completed, *, reward: float | None = 1.0,
-               components: dict[str, float] | None = None, turns: list[Turn] | None = None,
-               group: str = "g1", index: int = 0, messages: list[dict[str, Any]] | None = None) -> Trajectory:
+def trajectory(
+    outcome: Outcome = Outcome.completed,
+    *,
+    reward: float | None = 1.0,
+    components: dict[str, float] | None = None,
+    turns: list[Turn] | None = None,
+    group: str = "g1",
+    index: int = 0,
+    messages: list[dict[str, Any]] | None = None,
+) -> Trajectory:
     error = None
     if not outcome.has_reward:
         reward, components = None, None
@@ -60,11 +82,18 @@ def trajectory(outcome: Outcome = Outcome.completed, *, reward: float | None = 1
     if reward is not None and components is None:
         components = {"correct": reward * 0.75, "format": reward * 0.25}
     return Trajectory(
-        trajectory_id=f"traj_{group}_{index}", group_id=group, sample_index=index, job_id="job1",
+        trajectory_id=f"traj_{group}_{index}",
+        group_id=group,
+        sample_index=index,
+        job_id="job1",
         task={"env": "math", "task_id": "m1", "seed": 7, "row": ROW},
         policy={"model": "tiny", "policy_version": "v3", "sampling": {"temperature": 1.0}},
         messages=MESSAGES if messages is None else messages,
         turns=three_turns() if turns is None else turns,
-        reward=reward, reward_components=components, outcome=outcome, error=error,
-        metrics={"turns": 3}, timings={"total_s": 1.5, "model_s": 1.0},
+        reward=reward,
+        reward_components=components,
+        outcome=outcome,
+        error=error,
+        metrics={"turns": 3},
+        timings={"total_s": 1.5, "model_s": 1.0},
     )

@@ -22,14 +22,21 @@ def write_input(path: Path, trajs: list[Trajectory], extra_lines: list[str] = ()
 
 
 def sample() -> list[Trajectory]:
-    return [builders.trajectory(reward=1.0, index=0),
-            builders.trajectory(reward=0.0, index=1),
-            builders.trajectory(Outcome.truncated, reward=0.5, index=2),
-            builders.trajectory(Outcome.env_error, index=3)]
+    return [
+        builders.trajectory(reward=1.0, index=0),
+        builders.trajectory(reward=0.0, index=1),
+        builders.trajectory(Outcome.truncated, reward=0.5, index=2),
+        builders.trajectory(Outcome.env_error, index=3),
+    ]
 
 
-FAILURE_LINE = json.dumps({"schema_version": 1, "line": 9, "error": {
-    "kind": "bad_request", "message": "row 9 has no input", "component": "gateway"}})
+FAILURE_LINE = json.dumps(
+    {
+        "schema_version": 1,
+        "line": 9,
+        "error": {"kind": "bad_request", "message": "row 9 has no input", "component": "gateway"},
+    }
+)
 
 
 def test_jsonl_round_trip_is_exact_and_skips_failure_records(tmp_path):
@@ -88,11 +95,14 @@ def test_min_reward_filters_jsonl_and_drops_failed_episodes(tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet", "sft"])
-@pytest.mark.parametrize("bad, line, words", [
-    ("{not json", 3, "not valid JSON"),
-    (json.dumps({**builders.trajectory().model_dump(mode="json"), "schema_version": 99}), 3, "schema_version 99"),
-    (json.dumps({**builders.trajectory().model_dump(mode="json"), "outcome": "exploded"}), 3, "outcome"),
-])
+@pytest.mark.parametrize(
+    "bad, line, words",
+    [
+        ("{not json", 3, "not valid JSON"),
+        (json.dumps({**builders.trajectory().model_dump(mode="json"), "schema_version": 99}), 3, "schema_version 99"),
+        (json.dumps({**builders.trajectory().model_dump(mode="json"), "outcome": "exploded"}), 3, "outcome"),
+    ],
+)
 def test_bad_line_fails_with_its_number_and_leaves_no_file(tmp_path, fmt, bad, line, words):
     src = write_input(tmp_path / "in.jsonl", sample()[:2], [bad])
     dst = tmp_path / f"out.{fmt}"
@@ -121,8 +131,9 @@ def test_cli_reports_the_bad_line_and_exits_2(tmp_path, capsys):
 
 def test_cli_exports_and_summarises(tmp_path, capsys):
     src = write_input(tmp_path / "in.jsonl", sample())
-    code = main(["export", "--in", str(src), "--out", str(tmp_path / "s.jsonl"), "--format", "sft",
-                 "--min-reward", "0.5"])
+    code = main(
+        ["export", "--in", str(src), "--out", str(tmp_path / "s.jsonl"), "--format", "sft", "--min-reward", "0.5"]
+    )
     assert code == 0
     assert "wrote 1 of 4 trajectories" in capsys.readouterr().out
 

@@ -11,8 +11,13 @@ import torch
 
 from rollgate.core.errors import ProtocolError
 from rollgate.core.schemas import Outcome
-from rollgate.trainer_adapters.nemo_rl import (ContiguityError, to_message_log, to_nemo_gym_run_response,
-                                               to_rollout_batch, to_rollout_result)
+from rollgate.trainer_adapters.nemo_rl import (
+    ContiguityError,
+    to_message_log,
+    to_nemo_gym_run_response,
+    to_rollout_batch,
+    to_rollout_result,
+)
 from tests.trainer_adapters import builders
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -26,7 +31,7 @@ def test_rollout_result_matches_golden_message_log_shape_and_dtypes():
     want = golden("nemo_rl_rollout_result.json")
     got = to_rollout_result(builders.trajectory())
     assert len(got["message_log"]) == len(want["message_log"])
-    for g, w in zip(got["message_log"], want["message_log"]):
+    for g, w in zip(got["message_log"], want["message_log"], strict=True):
         assert g["role"] == w["role"]
         assert g["token_ids"].dtype == torch.long and str(g["token_ids"].dtype) == "torch." + w["dtype"]
         assert g["token_ids"].tolist() == w["token_ids"]
@@ -36,8 +41,15 @@ def test_rollout_result_matches_golden_message_log_shape_and_dtypes():
             assert g["generation_logprobs"].shape == g["token_ids"].shape
         else:
             assert "generation_logprobs" not in g
-    for key in ("total_reward", "reward/correct", "reward/format", "loss_multiplier", "length",
-                "truncated", "task_name"):
+    for key in (
+        "total_reward",
+        "reward/correct",
+        "reward/format",
+        "loss_multiplier",
+        "length",
+        "truncated",
+        "task_name",
+    ):
         assert got[key] == want[key], key
     assert got["reward/correct"] + got["reward/format"] == pytest.approx(got["total_reward"])
     assert got["input_message_log"][0]["token_ids"].tolist() == builders.PROMPT
@@ -68,9 +80,12 @@ def test_failed_outcomes_are_masked_and_never_rewarded(outcome):
 
 
 def test_failed_episode_takes_its_group_mean_so_the_baseline_is_unbiased():
-    trajs = [builders.trajectory(reward=1.0, index=0), builders.trajectory(reward=0.0, index=1),
-             builders.trajectory(Outcome.timeout, index=2),
-             builders.trajectory(Outcome.env_error, group="g2", index=0)]
+    trajs = [
+        builders.trajectory(reward=1.0, index=0),
+        builders.trajectory(reward=0.0, index=1),
+        builders.trajectory(Outcome.timeout, index=2),
+        builders.trajectory(Outcome.env_error, group="g2", index=0),
+    ]
     out = to_rollout_batch(trajs)
     assert [r["loss_multiplier"] for r in out] == [1.0, 1.0, 0.0, 0.0]
     assert out[2]["total_reward"] == pytest.approx(0.5)

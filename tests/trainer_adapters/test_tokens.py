@@ -22,7 +22,7 @@ def test_three_turn_tool_episode_masks_exactly_the_spliced_tokens():
     assert seq.env_mask == GOLDEN["env_mask"]
     assert len(seq.logprobs) == len(seq.completion_ids) == len(seq.env_mask)
     spliced = {t for s in builders.SPLICE for t in s}
-    for tok, mask, lp in zip(seq.completion_ids, seq.env_mask, seq.logprobs):
+    for tok, mask, lp in zip(seq.completion_ids, seq.env_mask, seq.logprobs, strict=False):
         assert mask == (0 if tok in spliced else 1)
         if mask == 0:
             assert lp == 0.0
@@ -39,8 +39,9 @@ def test_truncation_cuts_ids_logprobs_and_mask_together():
 
 def test_prompt_that_drops_history_is_reported_with_its_turn():
     turns = builders.three_turns()
-    bad = turns[2].model_copy(update={"prompt_token_ids": turns[2].prompt_token_ids[:5] + [7]
-                                      + turns[2].prompt_token_ids[6:]})
+    bad = turns[2].model_copy(
+        update={"prompt_token_ids": turns[2].prompt_token_ids[:5] + [7] + turns[2].prompt_token_ids[6:]}
+    )
     with pytest.raises(ContiguityError) as info:
         flatten([turns[0], turns[1], bad])
     assert info.value.turn == 2

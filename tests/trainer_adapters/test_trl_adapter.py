@@ -10,8 +10,7 @@ import pytest
 
 from rollgate.core.errors import BadRequest
 from rollgate.core.schemas import Outcome
-from rollgate.trainer_adapters.trl import (RollgateRolloutFunc, TaskIndex, prompt_key, reward_component,
-                                           rollgate_reward)
+from rollgate.trainer_adapters.trl import RollgateRolloutFunc, TaskIndex, prompt_key, reward_component, rollgate_reward
 from rollgate.trainer_adapters.unsloth import trl_version_problem
 from tests.trainer_adapters import builders
 
@@ -19,8 +18,15 @@ GOLDEN = json.loads((Path(__file__).parent / "fixtures" / "trl_rollout_3turn.jso
 
 
 def rows(n: int = 3) -> list[dict]:
-    return [{"responses_create_params": {"input": f"What is {i}+{i}?"}, "expected_answer": str(2 * i),
-             "env": "math", "task_id": f"t{i}"} for i in range(n)]
+    return [
+        {
+            "responses_create_params": {"input": f"What is {i}+{i}?"},
+            "expected_answer": str(2 * i),
+            "env": "math",
+            "task_id": f"t{i}",
+        }
+        for i in range(n)
+    ]
 
 
 def test_three_turn_trajectory_becomes_aligned_trl_fields():
@@ -40,8 +46,11 @@ def test_max_completion_length_truncates_all_three_lists_consistently():
 
 
 def test_failed_episode_is_masked_with_no_reward_not_zero():
-    trajs = [builders.trajectory(reward=0.0), builders.trajectory(Outcome.timeout),
-             builders.trajectory(Outcome.env_error, turns=[])]
+    trajs = [
+        builders.trajectory(reward=0.0),
+        builders.trajectory(Outcome.timeout),
+        builders.trajectory(Outcome.env_error, turns=[]),
+    ]
     out = RollgateRolloutFunc.to_trl(trajs, max_completion_length=None, filler_token_id=3)
     assert out["rollgate_reward"] == [0.0, None, None]
     assert set(out["env_mask"][1]) == {0} and out["env_mask"][2] == [0]

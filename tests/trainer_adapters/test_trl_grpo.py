@@ -19,9 +19,17 @@ SYSTEM = "Solve the task. Use the tools when useful."  # the tiny model's warm-u
 
 def math_rows() -> list[dict]:
     pairs = [(12, 30), (7, 5), (23, 41), (3, 9)]
-    return [{"responses_create_params": {"input": [{"role": "system", "content": SYSTEM},
-                                                   {"role": "user", "content": f"What is {a} + {b}?"}]},
-             "expected_answer": str(a + b), "env": "math", "task_id": f"add-{a}-{b}"} for a, b in pairs]
+    return [
+        {
+            "responses_create_params": {
+                "input": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"What is {a} + {b}?"}]
+            },
+            "expected_answer": str(a + b),
+            "env": "math",
+            "task_id": f"add-{a}-{b}",
+        }
+        for a, b in pairs
+    ]
 
 
 def brevity(completion_ids, **_):
@@ -38,18 +46,40 @@ def test_grpo_trains_the_served_policy_on_multi_turn_tool_rollouts(tmp_path, tin
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    rollgate = InProcessRollgate(model, tokenizer, ["math"], agent_settings=AgentSettings(
-        max_turns=3, max_output_tokens=160, max_output_tokens_per_call=64))
+    rollgate = InProcessRollgate(
+        model,
+        tokenizer,
+        ["math"],
+        agent_settings=AgentSettings(max_turns=3, max_output_tokens=160, max_output_tokens_per_call=64),
+    )
     # A low temperature keeps the tiny model's tool calls well-formed more often (about one episode
     # in seven goes multi-turn); the seed makes the sampled episodes repeatable.
     rollout_func = rollgate.rollout_func(math_rows(), sampling={"temperature": 0.3, "seed": 42})
     args = GRPOConfig(
-        output_dir=str(tmp_path), use_cpu=True, bf16=False, fp16=False, report_to=[], max_steps=2,
-        per_device_train_batch_size=16, num_generations=4, max_completion_length=128, learning_rate=5e-3,
-        beta=0.0, logging_steps=1, save_strategy="no", seed=0, dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=model, reward_funcs=[rollgate_reward, brevity], args=args,
-                          train_dataset=rollout_func.tasks.dataset(), processing_class=tokenizer,
-                          rollout_func=rollout_func)
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        report_to=[],
+        max_steps=2,
+        per_device_train_batch_size=16,
+        num_generations=4,
+        max_completion_length=128,
+        learning_rate=5e-3,
+        beta=0.0,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        dataloader_num_workers=0,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[rollgate_reward, brevity],
+        args=args,
+        train_dataset=rollout_func.tasks.dataset(),
+        processing_class=tokenizer,
+        rollout_func=rollout_func,
+    )
     assert trainer.model is model  # the served policy is the trained policy, not a copy
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     seen: list = []
@@ -80,7 +110,7 @@ def test_grpo_trains_the_served_policy_on_multi_turn_tool_rollouts(tmp_path, tin
         for t in trajs:
             assert t.policy.policy_version == f"step-{step}"
             assert all(turn.weight_version == f"step-{step}" for turn in t.turns)
-        for t, ids, lps, mask in zip(trajs, out["completion_ids"], out["logprobs"], out["env_mask"]):
+        for t, ids, lps, mask in zip(trajs, out["completion_ids"], out["logprobs"], out["env_mask"], strict=True):
             assert len(ids) == len(lps) == len(mask) <= 128
             if t.ok:  # the mask is zero exactly on the tokens spliced between model calls
                 full = flatten(t.turns)

@@ -13,7 +13,9 @@ def test_weighted_sum_components_sum_to_the_reward():
     assert r.reward_components == pytest.approx({"answer": 0.8, "format": 0.1})
     assert r.metrics == {"n": 1}
     thirds = weighted_sum({f"c{i}": 1.0 for i in range(3)}, {f"c{i}": 1 / 3 for i in range(3)})
-    assert sum(thirds.reward_components.values()) == pytest.approx(thirds.reward) and thirds.reward == pytest.approx(1.0)
+    assert sum(thirds.reward_components.values()) == pytest.approx(thirds.reward) and thirds.reward == pytest.approx(
+        1.0
+    )
     assert weighted_sum({"a": 0.25}).reward == 0.25  # default weight 1
 
 

@@ -37,9 +37,19 @@ def judge_app(seen: list[dict]) -> FastAPI:
 
 
 def _resp(text: str) -> dict:
-    return {"id": "resp_1", "object": "response", "status": "completed",
-            "output": [{"type": "message", "role": "assistant", "id": "msg_1",
-                        "content": [{"type": "output_text", "text": text, "annotations": []}]}]}
+    return {
+        "id": "resp_1",
+        "object": "response",
+        "status": "completed",
+        "output": [
+            {
+                "type": "message",
+                "role": "assistant",
+                "id": "msg_1",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ],
+    }
 
 
 @pytest.fixture(scope="module")

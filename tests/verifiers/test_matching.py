@@ -40,7 +40,12 @@ ITEMS = [
     {"type": "message", "role": "assistant", "content": "calling tools"},
     {"type": "function_call", "name": "lookup", "arguments": json.dumps({"name": "Dana"}), "call_id": "1"},
     {"type": "function_call_output", "call_id": "1", "output": "..."},
-    {"type": "function_call", "name": "send", "arguments": json.dumps({"to": "d@x.example", "body": "hi"}), "call_id": "2"},
+    {
+        "type": "function_call",
+        "name": "send",
+        "arguments": json.dumps({"to": "d@x.example", "body": "hi"}),
+        "call_id": "2",
+    },
     {"type": "function_call", "name": "send", "arguments": "{broken", "call_id": "3"},
 ]
 
@@ -52,8 +57,10 @@ def test_function_calls_are_read_from_responses_items():
 
 
 def test_tool_calls_compare_by_name_and_arguments():
-    expected = [{"name": "send", "arguments": {"to": "d@x.example", "body": "hi"}},
-                {"name": "lookup", "arguments": {"name": "Dana"}}]
+    expected = [
+        {"name": "send", "arguments": {"to": "d@x.example", "body": "hi"}},
+        {"name": "lookup", "arguments": {"name": "Dana"}},
+    ]
     unordered = compare_tool_calls(ITEMS, expected)
     assert unordered.matched == 2 and unordered.score == 1.0
     assert [c.name for c in unordered.unexpected] == ["send"]  # the broken call matches nothing
@@ -66,9 +73,12 @@ def test_tool_calls_compare_by_name_and_arguments():
     assert compare_tool_calls([], []).score == 1.0 and compare_tool_calls(ITEMS, []).score == 0.0
 
 
-SCHEMA = {"type": "object", "required": ["name", "age"],
-          "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
-          "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "required": ["name", "age"],
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+    "additionalProperties": False,
+}
 
 
 def test_json_schema_check_of_structured_output():

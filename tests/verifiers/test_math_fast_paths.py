@@ -58,18 +58,33 @@ def test_almost_integers_take_the_full_parser(text):
         assert got == expected
 
 
-@pytest.mark.parametrize("latex, python", [
-    ("\\frac{1}{2}", "((1)/(2))"), ("\\dfrac{\\sqrt{2}}{2}", "((sqrt(2))/(2))"), ("1,234,567", "1234567"),
-    ("2x", "2*x"), ("3\\cdot 4", "3* 4"), ("$42$", "42"), ("x^2", "x**2"), ("50%", "50"),
-])
+@pytest.mark.parametrize(
+    "latex, python",
+    [
+        ("\\frac{1}{2}", "((1)/(2))"),
+        ("\\dfrac{\\sqrt{2}}{2}", "((sqrt(2))/(2))"),
+        ("1,234,567", "1234567"),
+        ("2x", "2*x"),
+        ("3\\cdot 4", "3* 4"),
+        ("$42$", "42"),
+        ("x^2", "x**2"),
+        ("50%", "50"),
+    ],
+)
 def test_rewrites_still_apply_around_the_shortcuts(latex, python):
     assert to_python_syntax(latex) == python
 
 
-@pytest.mark.parametrize("given, expected, result", [
-    ("42", "42", (True, "exact")), ("41", "42", (False, "exact")), ("3/4", "0.75", (True, "numeric")),
-    ("1,000", "1000", (True, "exact")), ("\\frac{5}{4}", "5/4", (True, "exact")),
-])
+@pytest.mark.parametrize(
+    "given, expected, result",
+    [
+        ("42", "42", (True, "exact")),
+        ("41", "42", (False, "exact")),
+        ("3/4", "0.75", (True, "numeric")),
+        ("1,000", "1000", (True, "exact")),
+        ("\\frac{5}{4}", "5/4", (True, "exact")),
+    ],
+)
 def test_constant_answers_compare_without_sympy(given, expected, result):
     eq = constant_equivalence(given, expected)
     assert (eq.equal, eq.reason) == result
@@ -89,14 +104,20 @@ def test_random_integer_answers_grade_like_the_full_comparison():
         assert constant_equivalence(a, b).equal is (int(a) == int(b))
 
 
-@pytest.mark.parametrize("response, reward, match", [
-    ("Answer: 5/4", 1.0, "exact"), ("Answer: 1.25", 1.0, "numeric"), ("Answer: 2", 0.0, "exact"),
-    ("Answer: x", 0.0, "mismatch"),  # a symbol: graded by the sympy path on a worker thread
-])
+@pytest.mark.parametrize(
+    "response, reward, match",
+    [
+        ("Answer: 5/4", 1.0, "exact"),
+        ("Answer: 1.25", 1.0, "numeric"),
+        ("Answer: 2", 0.0, "exact"),
+        ("Answer: x", 0.0, "mismatch"),  # a symbol: graded by the sympy path on a worker thread
+    ],
+)
 async def test_math_env_grades_inline_and_sympy_answers_alike(response, reward, match):
     rt = runtime("math")
-    sid = (await rt.seed({"responses_create_params": {"input": "3/4 + 1/2?"}, "env": "math",
-                          "expected_answer": "5/4"})).session_id
+    sid = (
+        await rt.seed({"responses_create_params": {"input": "3/4 + 1/2?"}, "env": "math", "expected_answer": "5/4"})
+    ).session_id
     out = await rt.verify(sid, VerifyRequest(response=response))
     assert out.reward == reward
     assert out.metrics["match"] == match

@@ -6,7 +6,7 @@ every byte of trajectory data reaches the page through the authenticated /v1/rol
 from __future__ import annotations
 
 import html
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 from fastapi import APIRouter
@@ -21,13 +21,19 @@ ASSETS: dict[str, str] = {
 }
 # The page loads nothing from other origins (no CDN) and runs no inline script: model output is
 # shown in it, so a strict policy is the second line of defence after textContent-only rendering.
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
-       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-HEADERS = {"content-security-policy": CSP, "x-content-type-options": "nosniff", "cache-control": "no-cache",
-           "referrer-policy": "no-referrer"}
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+HEADERS = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "cache-control": "no-cache",
+    "referrer-policy": "no-referrer",
+}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _asset(name: str) -> bytes:
     return resources.files(__package__).joinpath("static", name).read_bytes()
 
@@ -36,8 +42,11 @@ def ui_router(*, prefix: str = "/ui", api_base: str = "") -> APIRouter:
     """GET {prefix} (the page) and GET {prefix}/static/{name}. `api_base` is prepended to the
     page's API calls (empty: the gateway that serves the page)."""
     router = APIRouter(tags=["viewer"], include_in_schema=False)
-    page = (_asset("index.html").replace(b"{{API_BASE}}", html.escape(api_base.rstrip("/")).encode())
-            .replace(b"{{PREFIX}}", html.escape(prefix).encode()))
+    page = (
+        _asset("index.html")
+        .replace(b"{{API_BASE}}", html.escape(api_base.rstrip("/")).encode())
+        .replace(b"{{PREFIX}}", html.escape(prefix).encode())
+    )
 
     @router.get(prefix)
     async def viewer_page() -> Response:

@@ -35,7 +35,8 @@ SYSTEM_PROMPT = (
     "You are an expert Python programmer. Implement the requested function. You may call the tools "
     "`run_code` (run a Python program, with optional stdin) and `run_tests` (run your function against "
     "the visible examples) as often as you need. Hidden tests decide the reward. End with your complete "
-    "solution (the function and any imports it needs) in one ```python code block.")
+    "solution (the function and any imports it needs) in one ```python code block."
+)
 
 
 class CodeState(BaseModel):
@@ -69,22 +70,30 @@ def _tests(value: Any, where: str) -> list[tuple[str, str]]:
 
 def prompt_for(task: CodeTask) -> str:
     examples = "\n".join(f"    {call} == {expected}" for call, expected in task.visible)
-    return (f"Write this Python function:\n\n```python\n{task.signature}\n    \"\"\"{task.doc}\"\"\"\n```\n\n"
-            f"Examples:\n{examples}")
+    return (
+        f'Write this Python function:\n\n```python\n{task.signature}\n    """{task.doc}"""\n```\n\n'
+        f"Examples:\n{examples}"
+    )
 
 
 def task_row(task: CodeTask, task_id: str) -> dict[str, Any]:
     """A NeMo Gym row for a bank task. Only `responses_create_params` is shown to the model; the hidden
     tests and the reference solutions stay with the environment and the tests."""
     return {
-        "responses_create_params": {"input": [{"role": "system", "content": SYSTEM_PROMPT},
-                                              {"role": "user", "content": prompt_for(task)}]},
-        "env": "code", "task_id": task_id, "function_name": task.function_name,
+        "responses_create_params": {
+            "input": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt_for(task)}]
+        },
+        "env": "code",
+        "task_id": task_id,
+        "function_name": task.function_name,
         "visible_tests": [list(t) for t in task.visible],
         "hidden_tests": {g: [list(t) for t in tests] for g, tests in task.hidden.items()},
-        "gold_solution": task.gold, "wrong_solution": task.wrong,
-        "gold": {"calls": [{"name": "run_tests", "arguments": {"code": task.gold}}],
-                 "response": f"Here is my solution.\n\n```python\n{task.gold}```"},
+        "gold_solution": task.gold,
+        "wrong_solution": task.wrong,
+        "gold": {
+            "calls": [{"name": "run_tests", "arguments": {"code": task.gold}}],
+            "response": f"Here is my solution.\n\n```python\n{task.gold}```",
+        },
     }
 
 
@@ -107,10 +116,18 @@ class CodeEnv(Environment):
     name = "code"
     description = "Write a Python function; run code and visible tests in a sandbox; hidden tests decide."
     State = CodeState
+    reverify = "answer"
 
-    def __init__(self, provider: SandboxProvider | str = "local", *, limits: dict[str, Any] | None = None,
-                 max_tool_calls: int = 32, per_test_timeout_s: float = 2.0, metrics: Metrics | None = None,
-                 **provider_options: Any):
+    def __init__(
+        self,
+        provider: SandboxProvider | str = "local",
+        *,
+        limits: dict[str, Any] | None = None,
+        max_tool_calls: int = 32,
+        per_test_timeout_s: float = 2.0,
+        metrics: Metrics | None = None,
+        **provider_options: Any,
+    ):
         if isinstance(provider, str):
             opts = dict(provider_options)
             if limits is not None:
@@ -144,8 +161,9 @@ class CodeEnv(Environment):
             raise ToolError(f"tool budget spent ({self.max_tool_calls} calls); give your final answer")
         state.tool_calls += 1
 
-    async def _run_harness(self, state: CodeState, code: str, tests: list[tuple[str, str]]
-                           ) -> tuple[HarnessReport, ExecResult]:
+    async def _run_harness(
+        self, state: CodeState, code: str, tests: list[tuple[str, str]]
+    ) -> tuple[HarnessReport, ExecResult]:
         sandbox = await self.sandboxes.create()
         try:
             await sandbox.write_file(SOLUTION_FILE, code)
@@ -160,10 +178,12 @@ class CodeEnv(Environment):
         return report, result
 
     @tool
-    async def run_code(self, state: CodeState, code: Annotated[str, Field(max_length=MAX_CODE_CHARS,
-                       description="a complete Python program")],
-                       stdin: Annotated[str, Field(max_length=MAX_STDIN_CHARS, description="standard input")] = ""
-                       ) -> str:
+    async def run_code(
+        self,
+        state: CodeState,
+        code: Annotated[str, Field(max_length=MAX_CODE_CHARS, description="a complete Python program")],
+        stdin: Annotated[str, Field(max_length=MAX_STDIN_CHARS, description="standard input")] = "",
+    ) -> str:
         """Run a Python program in a fresh sandbox (no network) and return its exit status, stdout and stderr."""
         self._count_call(state)
         sandbox = await self.sandboxes.create()
@@ -174,8 +194,11 @@ class CodeEnv(Environment):
         return format_run(result)
 
     @tool
-    async def run_tests(self, state: CodeState, code: Annotated[str, Field(max_length=MAX_CODE_CHARS,
-                        description="Python source defining the function")]) -> str:
+    async def run_tests(
+        self,
+        state: CodeState,
+        code: Annotated[str, Field(max_length=MAX_CODE_CHARS, description="Python source defining the function")],
+    ) -> str:
         """Run the function defined in `code` against the visible example tests and report each result."""
         self._count_call(state)
         if not state.visible:
@@ -192,29 +215,36 @@ class CodeEnv(Environment):
             lines.append("--- your program's output (stderr) ---\n" + run.stderr.strip()[-2000:])
         return "\n".join(lines)
 
-    async def verify(self, state: CodeState, task: TaskRow, request: VerifyRequest) -> VerifyResult:
+    async def verify(self, state: CodeState, request: VerifyRequest) -> VerifyResult:
         groups = state.hidden
         total = sum(len(t) for t in groups.values())
         zero = {g: 0.0 for g in groups}
         code = extract_code(final_response_text(request))
         if code is None:
-            return VerifyResult(reward=0.0, reward_components=zero,
-                                metrics={"error": "no ```python code block in the final response",
-                                         "passed": 0, "total": total})
+            return VerifyResult(
+                reward=0.0,
+                reward_components=zero,
+                metrics={"error": "no ```python code block in the final response", "passed": 0, "total": total},
+            )
         if len(code) > MAX_CODE_CHARS:
-            return VerifyResult(reward=0.0, reward_components=zero,
-                                metrics={"error": f"code longer than {MAX_CODE_CHARS} characters", "passed": 0,
-                                         "total": total})
+            return VerifyResult(
+                reward=0.0,
+                reward_components=zero,
+                metrics={"error": f"code longer than {MAX_CODE_CHARS} characters", "passed": 0, "total": total},
+            )
         flat = [(g, t) for g, tests in groups.items() for t in tests]
         report, run = await self._run_harness(state, code, [t for _, t in flat])
         passed_by_group = dict(zero)
-        for (group, _), outcome in zip(flat, report.outcomes):
+        for (group, _), outcome in zip(flat, report.outcomes, strict=True):
             if outcome.passed:
                 passed_by_group[group] += 1
         components = {g: passed_by_group[g] / total for g in groups}
-        metrics: dict[str, Any] = {"passed": report.passed, "total": total,
-                                   "passed_by_group": {g: int(v) for g, v in passed_by_group.items()},
-                                   "duration_s": run.duration_s}
+        metrics: dict[str, Any] = {
+            "passed": report.passed,
+            "total": total,
+            "passed_by_group": {g: int(v) for g, v in passed_by_group.items()},
+            "duration_s": run.duration_s,
+        }
         if report.load_error:
             metrics["error"] = f"load: {report.load_error}"
         if run.timed_out or run.killed_by:

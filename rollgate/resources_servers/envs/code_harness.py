@@ -39,8 +39,10 @@ def encode_value(x: Any, _depth: int = 0) -> list:
     if t is list or t is tuple:
         return ["seq", [encode_value(v, _depth + 1) for v in x]]
     if t is dict:
-        return ["dict", sorted(([encode_value(k, _depth + 1), encode_value(v, _depth + 1)] for k, v in x.items()),
-                               key=repr)]
+        return [
+            "dict",
+            sorted(([encode_value(k, _depth + 1), encode_value(v, _depth + 1)] for k, v in x.items()), key=repr),
+        ]
     if t is set or t is frozenset:
         return ["set", sorted((encode_value(v, _depth + 1) for v in x), key=repr)]
     return ["other", t.__name__]
@@ -66,14 +68,17 @@ def same_value(got: Any, expected: Any) -> bool:
     if got[0] != expected[0] or len(got) != len(expected):
         return False
     if got[0] in ("seq", "set"):
-        return len(got[1]) == len(expected[1]) and all(same_value(g, e) for g, e in zip(got[1], expected[1]))
+        return len(got[1]) == len(expected[1]) and all(
+            same_value(g, e) for g, e in zip(got[1], expected[1], strict=True)
+        )
     if got[0] == "dict":
         return len(got[1]) == len(expected[1]) and all(
-            same_value(gk, ek) and same_value(gv, ev) for (gk, gv), (ek, ev) in zip(got[1], expected[1]))
+            same_value(gk, ek) and same_value(gv, ev) for (gk, gv), (ek, ev) in zip(got[1], expected[1], strict=True)
+        )
     return got == expected
 
 
-_HARNESS = '''from __future__ import annotations
+_HARNESS = """from __future__ import annotations
 import json, signal, sys
 {encoder}
 NAME = {name!r}
@@ -115,12 +120,18 @@ for i, call in enumerate(CALLS):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
     _emit(rec)
-'''
+"""
 
 
 def harness_source(function_name: str, calls: list[str], per_test_s: float = 2.0) -> str:
-    return _HARNESS.format(encoder=inspect.getsource(encode_value), name=function_name, calls=json.dumps(calls),
-                           per_test_s=per_test_s, mark=MARK, solution=SOLUTION_FILE)
+    return _HARNESS.format(
+        encoder=inspect.getsource(encode_value),
+        name=function_name,
+        calls=json.dumps(calls),
+        per_test_s=per_test_s,
+        mark=MARK,
+        solution=SOLUTION_FILE,
+    )
 
 
 @dataclass
@@ -177,7 +188,7 @@ def judge(stdout: str, tests: list[tuple[str, str]]) -> HarnessReport:
         if not line.startswith(MARK):
             continue
         try:
-            rec = json.loads(line[len(MARK):])
+            rec = json.loads(line[len(MARK) :])
         except ValueError:
             continue
         if not isinstance(rec, dict):

@@ -60,13 +60,14 @@ def slide_row_left(row: list[int]) -> tuple[list[int], int]:
 
 def apply_move(board: Board, direction: Direction) -> tuple[Board, int]:
     """The board after sliding (no new tile), and the points scored."""
+
     # Rotate so every direction becomes "left", slide, rotate back.
     def rows_for(b: Board) -> Board:
         if direction == "left":
             return [r[:] for r in b]
         if direction == "right":
             return [r[::-1] for r in b]
-        cols = [list(c) for c in zip(*b)]
+        cols = [list(c) for c in zip(*b, strict=True)]
         return cols if direction == "up" else [c[::-1] for c in cols]
 
     def back(rows: Board) -> Board:
@@ -75,7 +76,7 @@ def apply_move(board: Board, direction: Direction) -> tuple[Board, int]:
         if direction == "right":
             return [r[::-1] for r in rows]
         cols = rows if direction == "up" else [c[::-1] for c in rows]
-        return [list(r) for r in zip(*cols)]
+        return [list(r) for r in zip(*cols, strict=True)]
 
     moved, total = [], 0
     for r in rows_for(board):
@@ -123,6 +124,7 @@ class Game2048Env(Environment):
     name = "game2048"
     description = "2048: slide and merge tiles to reach a target tile."
     State = Game2048State
+    reverify = "replay"
 
     def seed(self, task: TaskRow, rng: random.Random) -> tuple[Game2048State, str]:
         fields = task.env_fields
@@ -132,8 +134,12 @@ class Game2048Env(Environment):
             raise ValueError(f"target_tile must be a power of two from 8 to 2048, got {target}")
         if not 1 <= max_moves <= 10_000:
             raise ValueError(f"max_moves must be between 1 and 10000, got {max_moves}")
-        state = Game2048State(board=[[0] * SIZE for _ in range(SIZE)], game_seed=rng.getrandbits(32),
-                              target_tile=target, max_moves=max_moves)
+        state = Game2048State(
+            board=[[0] * SIZE for _ in range(SIZE)],
+            game_seed=rng.getrandbits(32),
+            target_tile=target,
+            max_moves=max_moves,
+        )
         start = random.Random(f"{state.game_seed}:start")
         spawn(state.board, start)
         spawn(state.board, start)
@@ -142,8 +148,10 @@ class Game2048Env(Environment):
     @tool
     def view_board(self, state: Game2048State) -> str:
         """Show the board, the score and the number of moves made."""
-        return (f"{render(state.board)}\nscore: {state.score}  max tile: {state.max_tile}  "
-                f"moves: {state.moves}/{state.max_moves}  target: {state.target_tile}")
+        return (
+            f"{render(state.board)}\nscore: {state.score}  max tile: {state.max_tile}  "
+            f"moves: {state.moves}/{state.max_moves}  target: {state.target_tile}"
+        )
 
     @tool
     def move(self, state: Game2048State, direction: Direction) -> str:
@@ -165,14 +173,18 @@ class Game2048Env(Environment):
             note += "  game over: no legal moves left"
         return f"{render(state.board)}\nscore: {state.score}  max tile: {state.max_tile}{note}"
 
-    def verify(self, state: Game2048State, task: TaskRow, request: VerifyRequest) -> VerifyResult:
+    def verify(self, state: Game2048State, request: VerifyRequest) -> VerifyResult:
         progress = min(1.0, math.log2(state.max_tile) / math.log2(state.target_tile))
         reached = 1.0 if state.max_tile >= state.target_tile else 0.0
-        return weighted_sum({"progress": progress, "reached": reached}, WEIGHTS,
-                            metrics={"max_tile": state.max_tile, "score": state.score, "moves": state.moves})
+        return weighted_sum(
+            {"progress": progress, "reached": reached},
+            WEIGHTS,
+            metrics={"max_tile": state.max_tile, "score": state.score, "moves": state.moves},
+        )
 
 
 # --- example data -------------------------------------------------------------------------------
+
 
 def _greedy_move(board: Board) -> Direction | None:
     """One-ply greedy play (most empty cells, then points, then a fixed corner preference)."""
@@ -215,14 +227,23 @@ def example_tasks(n: int, seed: int) -> list[dict[str, Any]]:
         if state.max_tile < target:
             continue  # greedy play lost this seed; keep only rows with a winning gold path
         i = len(rows)
-        rows.append({
-            "responses_create_params": {"input": [
-                {"role": "system", "content": INSTRUCTIONS.format(target=target, max_moves=max_moves)},
-                {"role": "user", "content": "The game has started. Look at the board and play."},
-            ]},
-            "env": "game2048", "task_id": f"game2048-{seed}-{i:03d}", "seed": row_seed,
-            "target_tile": target, "max_moves": max_moves,
-            "gold": {"calls": [{"name": "move", "arguments": {"direction": d}} for d in gold],
-                     "response": "Answer: done"},
-        })
+        rows.append(
+            {
+                "responses_create_params": {
+                    "input": [
+                        {"role": "system", "content": INSTRUCTIONS.format(target=target, max_moves=max_moves)},
+                        {"role": "user", "content": "The game has started. Look at the board and play."},
+                    ]
+                },
+                "env": "game2048",
+                "task_id": f"game2048-{seed}-{i:03d}",
+                "seed": row_seed,
+                "target_tile": target,
+                "max_moves": max_moves,
+                "gold": {
+                    "calls": [{"name": "move", "arguments": {"direction": d}} for d in gold],
+                    "response": "Answer: done",
+                },
+            }
+        )
     return rows

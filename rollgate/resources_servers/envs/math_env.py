@@ -24,7 +24,7 @@ from rollgate.resources_servers.envs.math_problems import generate
 from rollgate.verifiers.answers import extract_final_answer
 from rollgate.verifiers.compose import weighted_sum
 from rollgate.verifiers.math_equiv import check_equivalence, constant_equivalence
-from rollgate.verifiers.mathexpr import ExprError, MAX_TEXT, evaluate, format_number, parse
+from rollgate.verifiers.mathexpr import MAX_TEXT, ExprError, evaluate, format_number, parse
 
 INSTRUCTIONS = (
     "Solve the math problem. You may call the `calculator` tool for arithmetic (numbers, + - * / // % **, "
@@ -46,6 +46,7 @@ class MathEnv(Environment):
     name = "math"
     description = "Arithmetic and word problems graded by numeric/symbolic equivalence."
     State = MathState
+    reverify = "answer"
 
     def seed(self, task: TaskRow, rng: random.Random) -> MathState:
         expected = task.env_fields.get("expected_answer")
@@ -59,8 +60,11 @@ class MathEnv(Environment):
         return MathState(expected_answer=expected)
 
     @tool
-    def calculator(self, state: MathState,
-                   expression: Annotated[str, Field(max_length=MAX_TEXT, description="an arithmetic expression, e.g. (12+7)*3/4")]) -> str:
+    def calculator(
+        self,
+        state: MathState,
+        expression: Annotated[str, Field(max_length=MAX_TEXT, description="an arithmetic expression, e.g. (12+7)*3/4")],
+    ) -> str:
         """Evaluate an arithmetic expression exactly where possible and return the result."""
         state.calculator_calls += 1
         try:
@@ -71,7 +75,7 @@ class MathEnv(Environment):
             state.history.append(f"{expression} = {result}")
         return result
 
-    async def verify(self, state: MathState, task: TaskRow, request: VerifyRequest) -> VerifyResult:
+    async def verify(self, state: MathState, request: VerifyRequest) -> VerifyResult:
         answer = extract_final_answer(final_response_text(request))
         if answer is None:
             eq_reason, equal = "no answer found", False
@@ -82,9 +86,10 @@ class MathEnv(Environment):
             if eq is None:
                 eq = await asyncio.to_thread(check_equivalence, answer, state.expected_answer)
             eq_reason, equal = eq.reason, eq.equal
-        return weighted_sum({"correct": 1.0 if equal else 0.0},
-                            metrics={"answer": answer, "match": eq_reason,
-                                     "calculator_calls": state.calculator_calls})
+        return weighted_sum(
+            {"correct": 1.0 if equal else 0.0},
+            metrics={"answer": answer, "match": eq_reason, "calculator_calls": state.calculator_calls},
+        )
 
 
 def example_tasks(n: int, seed: int) -> list[dict[str, Any]]:
@@ -93,14 +98,24 @@ def example_tasks(n: int, seed: int) -> list[dict[str, Any]]:
     rows = []
     for i in range(n):
         p = generate(rng, i)
-        rows.append({
-            "responses_create_params": {"input": [
-                {"role": "system", "content": INSTRUCTIONS},
-                {"role": "user", "content": p.question},
-            ]},
-            "env": "math", "task_id": f"math-{seed}-{i:03d}", "seed": rng.getrandbits(31),
-            "category": p.category, "question": p.question, "expected_answer": p.answer,
-            "gold": {"calls": [{"name": "calculator", "arguments": {"expression": e}} for e in p.calls],
-                     "response": f"{p.working}\nAnswer: {p.answer}"},
-        })
+        rows.append(
+            {
+                "responses_create_params": {
+                    "input": [
+                        {"role": "system", "content": INSTRUCTIONS},
+                        {"role": "user", "content": p.question},
+                    ]
+                },
+                "env": "math",
+                "task_id": f"math-{seed}-{i:03d}",
+                "seed": rng.getrandbits(31),
+                "category": p.category,
+                "question": p.question,
+                "expected_answer": p.answer,
+                "gold": {
+                    "calls": [{"name": "calculator", "arguments": {"expression": e}} for e in p.calls],
+                    "response": f"{p.working}\nAnswer: {p.answer}",
+                },
+            }
+        )
     return rows

@@ -28,11 +28,13 @@ def _calc(expr: str) -> str:
 def arithmetic(rng: random.Random) -> Problem:
     # d stays below a*b (>= 144) so the whole-number-part question never involves negatives.
     a, b, c, d = rng.randint(12, 99), rng.randint(12, 99), rng.randint(3, 19), rng.randint(10, 140)
-    expr, question = rng.choice([
-        (f"({a} + {b}) * {c} - {d}", f"Compute ({a} + {b}) * {c} - {d}."),
-        (f"{a} * {c} + {b} * {c} - {d}", f"Compute {a} * {c} + {b} * {c} - {d}."),
-        (f"({a} * {b} - {d}) // {c}", f"What is the whole-number part of ({a} * {b} - {d}) / {c}?"),
-    ])
+    expr, question = rng.choice(
+        [
+            (f"({a} + {b}) * {c} - {d}", f"Compute ({a} + {b}) * {c} - {d}."),
+            (f"{a} * {c} + {b} * {c} - {d}", f"Compute {a} * {c} + {b} * {c} - {d}."),
+            (f"({a} * {b} - {d}) // {c}", f"What is the whole-number part of ({a} * {b} - {d}) / {c}?"),
+        ]
+    )
     ans = _calc(expr)
     return Problem("arithmetic", question, ans, [expr], f"{expr} = {ans}")
 
@@ -42,8 +44,13 @@ def fractions(rng: random.Random) -> Problem:
     c, d = rng.randint(1, 9), rng.randint(2, 12)
     total = Fraction(a, b) + Fraction(c, d)
     ans = str(total.numerator) if total.denominator == 1 else f"{total.numerator}/{total.denominator}"
-    return Problem("fractions", f"What is {a}/{b} + {c}/{d}? Give the result as a fraction in lowest terms.",
-                   ans, [f"{a}/{b} + {c}/{d}"], f"{a}/{b} + {c}/{d} = {ans}")
+    return Problem(
+        "fractions",
+        f"What is {a}/{b} + {c}/{d}? Give the result as a fraction in lowest terms.",
+        ans,
+        [f"{a}/{b} + {c}/{d}"],
+        f"{a}/{b} + {c}/{d} = {ans}",
+    )
 
 
 def shopping(rng: random.Random) -> Problem:
@@ -52,8 +59,10 @@ def shopping(rng: random.Random) -> Problem:
     n, m = rng.randint(2, 9), rng.randint(2, 12)
     expr = f"{n} * {p} + {m} * {q}"
     ans = _calc(expr)
-    question = (f"A notebook costs ${p} and a pen costs ${q}. {who} buys {n} notebooks and {m} pens. "
-                "How many dollars are spent in total?")
+    question = (
+        f"A notebook costs ${p} and a pen costs ${q}. {who} buys {n} notebooks and {m} pens. "
+        "How many dollars are spent in total?"
+    )
     return Problem("word:shopping", question, ans, [expr], f"{n}*{p} + {m}*{q} = {ans} dollars")
 
 
@@ -62,8 +71,10 @@ def travel(rng: random.Random) -> Problem:
     w, s = rng.choice([30, 45, 55, 65, 100]), rng.randint(1, 4)
     expr = f"{v} * {t} + {w} * {s}"
     ans = _calc(expr)
-    question = (f"A train travels at {v} km/h for {t} hours, then at {w} km/h for {s} hours. "
-                "How many kilometres does it travel in total?")
+    question = (
+        f"A train travels at {v} km/h for {t} hours, then at {w} km/h for {s} hours. "
+        "How many kilometres does it travel in total?"
+    )
     return Problem("word:travel", question, ans, [expr], f"{v}*{t} + {w}*{s} = {ans} km")
 
 
@@ -80,10 +91,17 @@ def packing(rng: random.Random) -> Problem:
     batches, per, sold, box = rng.randint(3, 8), rng.choice([12, 18, 24]), rng.randint(5, 30), rng.choice([4, 5, 6])
     expr = f"({batches} * {per} - {sold}) // {box}"
     ans = _calc(expr)
-    question = (f"{who} bakes {batches} batches of {per} cookies and sells {sold} of them. "
-                f"The rest are packed into boxes of {box}. How many boxes can be filled completely?")
-    return Problem("word:packing", question, ans, [f"{batches} * {per} - {sold}", expr],
-                   f"{batches}*{per} - {sold} cookies left, {ans} full boxes")
+    question = (
+        f"{who} bakes {batches} batches of {per} cookies and sells {sold} of them. "
+        f"The rest are packed into boxes of {box}. How many boxes can be filled completely?"
+    )
+    return Problem(
+        "word:packing",
+        question,
+        ans,
+        [f"{batches} * {per} - {sold}", expr],
+        f"{batches}*{per} - {sold} cookies left, {ans} full boxes",
+    )
 
 
 def expand(rng: random.Random) -> Problem:
@@ -91,8 +109,13 @@ def expand(rng: random.Random) -> Problem:
     coef, const = a - b, -a * b
     lin = "" if coef == 0 else (f" + {coef}x" if coef > 0 else f" - {-coef}x")
     ans = f"x^2{lin} - {-const}"
-    return Problem("algebra", f"Expand (x + {a})(x - {b}) and write the result as a polynomial in x.", ans, [],
-                   f"(x + {a})(x - {b}) = x^2 + ({a} - {b})x - {a * b}")
+    return Problem(
+        "algebra",
+        f"Expand (x + {a})(x - {b}) and write the result as a polynomial in x.",
+        ans,
+        [],
+        f"(x + {a})(x - {b}) = x^2 + ({a} - {b})x - {a * b}",
+    )
 
 
 GENERATORS = [arithmetic, fractions, shopping, travel, discount, packing, expand]

@@ -39,7 +39,7 @@ def feedback(guess: str, secret: str) -> str:
     """Per-letter feedback with the original game's duplicate-letter rule."""
     marks = ["."] * len(guess)
     remaining: Counter[str] = Counter()
-    for i, (g, s) in enumerate(zip(guess, secret)):
+    for i, (g, s) in enumerate(zip(guess, secret, strict=True)):
         if g == s:
             marks[i] = "G"
         else:
@@ -70,6 +70,7 @@ class WordleEnv(Environment):
     name = "wordle"
     description = "Wordle: guess a five-letter word in six tries with G/Y/. feedback."
     State = WordleState
+    reverify = "replay"
 
     def seed(self, task: TaskRow, rng: random.Random) -> tuple[WordleState, str]:
         secret = task.env_fields.get("secret")
@@ -80,8 +81,9 @@ class WordleEnv(Environment):
         return WordleState(secret=secret.lower()), f"Guess the five-letter word. You have {MAX_GUESSES} guesses."
 
     @tool
-    def guess(self, state: WordleState,
-              word: Annotated[str, Field(max_length=64, description="a five-letter English word")]) -> str:
+    def guess(
+        self, state: WordleState, word: Annotated[str, Field(max_length=64, description="a five-letter English word")]
+    ) -> str:
         """Guess the secret word; returns per-letter feedback (G = right place, Y = elsewhere, . = absent)."""
         if state.over:
             raise ToolError("the game is over; no more guesses")
@@ -101,16 +103,20 @@ class WordleEnv(Environment):
             return f"{line}\nout of guesses; the word was {state.secret.upper()}"
         return f"{line} ({state.max_guesses - n} left)"
 
-    def verify(self, state: WordleState, task: TaskRow, request: VerifyRequest) -> VerifyResult:
+    def verify(self, state: WordleState, request: VerifyRequest) -> VerifyResult:
         n = len(state.guesses)
         metrics: dict[str, Any] = {"guesses": n, "solved": state.solved}
         if not state.solved:
             return weighted_sum({"solved": 0.0, "efficiency": 0.0}, metrics=metrics)
-        return weighted_sum({"solved": 1.0, "efficiency": (state.max_guesses - n) / (state.max_guesses - 1)},
-                            {"solved": 0.5, "efficiency": 0.5}, metrics=metrics)
+        return weighted_sum(
+            {"solved": 1.0, "efficiency": (state.max_guesses - n) / (state.max_guesses - 1)},
+            {"solved": 0.5, "efficiency": 0.5},
+            metrics=metrics,
+        )
 
 
 # --- example data -------------------------------------------------------------------------------
+
 
 def _letter_score(words: list[str]) -> dict[str, float]:
     freq = Counter(c for w in words for c in set(w))
@@ -146,14 +152,22 @@ def example_tasks(n: int, seed: int) -> list[dict[str, Any]]:
         if gold[-1] != secret:
             continue  # the solver failed this word; keep only rows whose gold path wins
         i = len(rows)
-        rows.append({
-            "responses_create_params": {"input": [
-                {"role": "system", "content": INSTRUCTIONS},
-                {"role": "user", "content": "A new game has started. Make your first guess."},
-            ]},
-            "env": "wordle", "task_id": f"wordle-{seed}-{i:03d}", "seed": rng.getrandbits(31),
-            "secret": secret,
-            "gold": {"calls": [{"name": "guess", "arguments": {"word": g}} for g in gold],
-                     "response": f"Answer: {secret}"},
-        })
+        rows.append(
+            {
+                "responses_create_params": {
+                    "input": [
+                        {"role": "system", "content": INSTRUCTIONS},
+                        {"role": "user", "content": "A new game has started. Make your first guess."},
+                    ]
+                },
+                "env": "wordle",
+                "task_id": f"wordle-{seed}-{i:03d}",
+                "seed": rng.getrandbits(31),
+                "secret": secret,
+                "gold": {
+                    "calls": [{"name": "guess", "arguments": {"word": g}} for g in gold],
+                    "response": f"Answer: {secret}",
+                },
+            }
+        )
     return rows

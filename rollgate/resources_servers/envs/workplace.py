@@ -88,6 +88,7 @@ class Expected(BaseModel):
 
 class WorkplaceState(World):
     next_id: int = 1
+    expected_state: list[dict[str, Any]] = Field(default_factory=list)  # what verify grades
 
 
 def _parse_time(value: str, field: str) -> datetime:
@@ -105,14 +106,14 @@ def _check_address(addr: str, field: str) -> str:
 
 
 def _summary(e: Email) -> dict[str, Any]:
-    return {"id": e.id, "from": e.sender, "to": e.recipients, "subject": e.subject, "date": e.date,
-            "folder": e.folder}
+    return {"id": e.id, "from": e.sender, "to": e.recipients, "subject": e.subject, "date": e.date, "folder": e.folder}
 
 
 class WorkplaceEnv(Environment):
     name = "workplace"
     description = "An office assistant: mailbox, calendar and contacts; graded on the final state."
     State = WorkplaceState
+    reverify = "replay"
 
     def seed(self, task: TaskRow, rng: random.Random) -> tuple[WorkplaceState, str]:
         fields = task.env_fields
@@ -120,7 +121,11 @@ class WorkplaceEnv(Environment):
             raise ValueError("a workplace row needs `world` and `expected_state`")
         world = World.model_validate(fields["world"])
         Expected.model_validate({"checks": fields["expected_state"]})  # reject bad checks at seed time
-        state = WorkplaceState(**world.model_dump(), next_id=len(world.emails) + len(world.events) + 1)
+        state = WorkplaceState(
+            **world.model_dump(),
+            next_id=len(world.emails) + len(world.events) + 1,
+            expected_state=fields["expected_state"],
+        )
         return state, f"You are {world.user.name} <{world.user.email}>. Today is {world.today}."
 
     def _new_id(self, state: WorkplaceState, prefix: str) -> str:
@@ -129,17 +134,23 @@ class WorkplaceEnv(Environment):
         return new
 
     @tool
-    def lookup_contact(self, state: WorkplaceState,
-                       name: Annotated[str, Field(min_length=1, max_length=100, description="full or partial name")]) -> list[dict] | str:
+    def lookup_contact(
+        self,
+        state: WorkplaceState,
+        name: Annotated[str, Field(min_length=1, max_length=100, description="full or partial name")],
+    ) -> list[dict] | str:
         """Find contacts whose name (or address) contains the text; returns name, email and role."""
         needle = name.strip().lower()
         found = [c.model_dump() for c in state.contacts if needle in c.name.lower() or needle in c.email.lower()]
         return found or f"no contact matches {name!r}"
 
     @tool
-    def search_emails(self, state: WorkplaceState,
-                      query: Annotated[str, Field(max_length=200, description="words to look for; empty lists all")] = "",
-                      folder: Literal["inbox", "sent", "all"] = "all") -> list[dict] | str:
+    def search_emails(
+        self,
+        state: WorkplaceState,
+        query: Annotated[str, Field(max_length=200, description="words to look for; empty lists all")] = "",
+        folder: Literal["inbox", "sent", "all"] = "all",
+    ) -> list[dict] | str:
         """Search emails whose sender, subject or body contain every word of the query (newest first)."""
         words = query.lower().split()
         hits = []
@@ -158,36 +169,55 @@ class WorkplaceEnv(Environment):
         raise ToolError(f"no email with id {email_id!r}; use search_emails to find ids")
 
     @tool
-    def send_email(self, state: WorkplaceState,
-                   recipient: Annotated[str, Field(max_length=200, description="the recipient's email address")],
-                   subject: Annotated[str, Field(min_length=1, max_length=200)],
-                   body: Annotated[str, Field(max_length=5000)]) -> str:
+    def send_email(
+        self,
+        state: WorkplaceState,
+        recipient: Annotated[str, Field(max_length=200, description="the recipient's email address")],
+        subject: Annotated[str, Field(min_length=1, max_length=200)],
+        body: Annotated[str, Field(max_length=5000)],
+    ) -> str:
         """Send an email from the user's account."""
         to = _check_address(recipient, "recipient")
-        email = Email(id=self._new_id(state, "m"), sender=state.user.email, recipients=[to], subject=subject,
-                      body=body, date=state.today, folder="sent")
+        email = Email(
+            id=self._new_id(state, "m"),
+            sender=state.user.email,
+            recipients=[to],
+            subject=subject,
+            body=body,
+            date=state.today,
+            folder="sent",
+        )
         state.emails.append(email)
         return f"sent email {email.id} to {to}"
 
     @tool
-    def create_event(self, state: WorkplaceState,
-                     title: Annotated[str, Field(min_length=1, max_length=200)],
-                     start: Annotated[str, Field(max_length=40, description="YYYY-MM-DDTHH:MM")],
-                     end: Annotated[str, Field(max_length=40, description="YYYY-MM-DDTHH:MM")],
-                     attendees: Annotated[list[str], Field(max_length=20, description="email addresses")]) -> str:
+    def create_event(
+        self,
+        state: WorkplaceState,
+        title: Annotated[str, Field(min_length=1, max_length=200)],
+        start: Annotated[str, Field(max_length=40, description="YYYY-MM-DDTHH:MM")],
+        end: Annotated[str, Field(max_length=40, description="YYYY-MM-DDTHH:MM")],
+        attendees: Annotated[list[str], Field(max_length=20, description="email addresses")],
+    ) -> str:
         """Put an event on the user's calendar and invite the attendees."""
         t0, t1 = _parse_time(start, "start"), _parse_time(end, "end")
         if t1 <= t0:
             raise ToolError("end must be after start")
         people = sorted({_check_address(a, "attendee") for a in attendees})
-        event = Event(id=self._new_id(state, "ev"), title=title, start=t0.strftime(TIME_FMT),
-                      end=t1.strftime(TIME_FMT), attendees=people)
+        event = Event(
+            id=self._new_id(state, "ev"),
+            title=title,
+            start=t0.strftime(TIME_FMT),
+            end=t1.strftime(TIME_FMT),
+            attendees=people,
+        )
         state.events.append(event)
         return f"created event {event.id}: {title} {event.start}..{event.end[11:]} with {', '.join(people) or 'nobody'}"
 
     @tool
-    def list_events(self, state: WorkplaceState,
-                    date: Annotated[str, Field(max_length=20, description="YYYY-MM-DD")]) -> list[dict] | str:
+    def list_events(
+        self, state: WorkplaceState, date: Annotated[str, Field(max_length=20, description="YYYY-MM-DD")]
+    ) -> list[dict] | str:
         """List the calendar's events on one day, in time order."""
         try:
             day = datetime.strptime(date.strip(), "%Y-%m-%d").strftime("%Y-%m-%d")
@@ -196,13 +226,13 @@ class WorkplaceEnv(Environment):
         hits = sorted((e for e in state.events if e.start.startswith(day)), key=lambda e: e.start)
         return [e.model_dump() for e in hits] or f"no events on {day}"
 
-    def verify(self, state: WorkplaceState, task: TaskRow, request: VerifyRequest) -> VerifyResult:
-        checks = Expected.model_validate({"checks": task.env_fields["expected_state"]}).checks
+    def verify(self, state: WorkplaceState, request: VerifyRequest) -> VerifyResult:
+        checks = Expected.model_validate({"checks": state.expected_state}).checks
         sent = [e for e in state.emails if e.folder == "sent"]
         scores: dict[str, float] = {}
         problems: list[str] = []
         for i, c in enumerate(checks):
-            ok, why = (_email_ok(c, sent) if isinstance(c, EmailCheck) else _event_ok(c, state))
+            ok, why = _email_ok(c, sent) if isinstance(c, EmailCheck) else _event_ok(c, state)
             scores[f"{c.check}_{i}"] = 1.0 if ok else 0.0
             if not ok:
                 problems.append(f"check {i} ({c.check}): {why}")
@@ -211,8 +241,9 @@ class WorkplaceEnv(Environment):
         if strays:
             problems.append(f"emailed people the task did not ask for: {', '.join(strays)}")
         weights = {k: 1.0 / len(scores) for k in scores}
-        result = weighted_sum(scores, weights, metrics={"problems": problems, "emails_sent": len(sent),
-                                                        "events": len(state.events)})
+        result = weighted_sum(
+            scores, weights, metrics={"problems": problems, "emails_sent": len(sent), "events": len(state.events)}
+        )
         return gate(not strays, result, name="no_stray_emails")
 
 
