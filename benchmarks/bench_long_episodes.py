@@ -28,6 +28,7 @@ from benchmarks import common, stack
 from benchmarks.bench_overhead import API_KEY, serve
 from rollgate.agent_server.agent import Agent
 from rollgate.core import jsonutil
+from rollgate.core.rows import parse_row
 
 REPORT_TURNS = (1, 5, 10, 20)
 
@@ -60,7 +61,7 @@ async def run_shape(shape: str, agent: Agent, turns: int, episodes: int) -> dict
     for e in range(episodes + 1):  # episode 0 warms up
         timed.starts, timed.sizes = [], []
         timed.measure_size = e == 1  # sizing costs time of its own: one episode only
-        traj = await agent.run(stack.task_row(e, tool_calls=turns))
+        traj = await agent.run(parse_row(stack.task_row(e, tool_calls=turns), known_envs=agent.envs))
         if traj.outcome.value != "completed" or traj.reward != 1.0:
             raise RuntimeError(f"{shape}: episode failed: {traj.outcome.value} {traj.error}")
         if e == 0:

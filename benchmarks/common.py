@@ -14,14 +14,12 @@ import re
 import resource
 import signal
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
+from rollgate.core.processes import ServerProcess, rollgate_cmd  # noqa: F401 - re-exported
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -156,8 +154,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Proc:
-    """A server process on a loopback port: started, waited on until healthy, always killed."""
+class Proc(ServerProcess):
+    """A named server process whose log goes to `log_dir/NAME.log` (rollgate.core.processes)."""
 
     def __init__(
         self,
@@ -169,59 +167,8 @@ class Proc:
         health_path: str = "/healthz",
         log_dir: Path | None = None,
     ):
-        self.name = name
-        self.args = args
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.env = {**os.environ, **(env or {})}
-        self.health_path = health_path
-        self.log_path = (log_dir / f"{name}.log") if log_dir else None
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self, timeout_s: float = 60.0) -> Proc:
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 - the child owns it
-        self.proc = subprocess.Popen(
-            self.args, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {self.log_tail()}")
-            try:
-                if httpx.get(self.url + self.health_path, timeout=1.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"{self.name} not healthy within {timeout_s:g}s: {self.log_tail()}")
-
-    def log_tail(self, n: int = 2000) -> str:
-        if self.log_path and self.log_path.exists():
-            return self.log_path.read_bytes()[-n:].decode(errors="replace")
-        return "(no log)"
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> None:
-        if not self.alive():
-            return
-        assert self.proc is not None
-        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-            try:
-                os.killpg(self.proc.pid, sig)
-                self.proc.wait(timeout=wait)
-                return
-            except ProcessLookupError:
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        log_path = (log_dir / f"{name}.log") if log_dir else None
+        super().__init__(args, port, name=name, env=env, log_path=log_path, health_path=health_path)
 
 
 def exit_on_sigterm() -> None:
@@ -235,7 +182,3 @@ def exit_on_sigterm() -> None:
 
 def python_cmd(*args: str) -> list[str]:
     return [sys.executable, *args]
-
-
-def rollgate_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "rollgate.cli", *args]

@@ -16,6 +16,7 @@ from typing import Any
 from benchmarks import standins
 from rollgate.agent_server.agent import Agent, RunContext
 from rollgate.core.metrics import Metrics
+from rollgate.core.rows import parse_row
 from rollgate.core.schemas import Trajectory
 from rollgate.core.session_store import MemorySessionStore
 from rollgate.core.settings import AgentSettings
@@ -103,7 +104,7 @@ async def drive(agent: Agent, rows: Iterator[dict[str, Any]], concurrency: int) 
     async def worker() -> None:
         for row in rows:  # a shared iterator: each worker takes the next row
             t = time.perf_counter()
-            traj = await agent.run(row, RunContext())
+            traj = await agent.run(parse_row(row, known_envs=agent.envs), RunContext())  # the edge parses
             lat.append(time.perf_counter() - t)
             out.append(traj)
 

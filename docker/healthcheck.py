@@ -11,7 +11,7 @@ import os
 import sys
 import urllib.request
 
-DEFAULT_PORTS = {"all": 8000, "gateway": 8000, "agent": 8100, "model": 8200, "resources": 8300}
+DEFAULT_PORTS = {"all": 8000, "gateway": 8000, "agent": 8100, "model": 8200, "resources": 8300, "sandbox": 8400}
 
 
 def port_from(argv: list[str], env: dict[str, str]) -> int:

@@ -16,6 +16,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "model": ("rollgate.commands.model", "model utilities (build the offline tiny model)"),
     "export": ("rollgate.commands.export", "export trajectories for trainers (jsonl, parquet, sft)"),
     "doctor": ("rollgate.commands.doctor", "check every configured part and say how to fix what fails"),
+    "eval": ("rollgate.commands.eval", "evaluate on environments: pass@k with intervals, compare, reverify"),
+    "envs": ("rollgate.commands.envs", "list every environment: family, tools, available or why not"),
+    "tasks": ("rollgate.commands.tasks", "write N task rows for an environment (train or eval split)"),
 }
 
 

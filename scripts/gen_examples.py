@@ -16,15 +16,17 @@ import sys
 from pathlib import Path
 
 from rollgate.core.schemas import TaskRow
-from rollgate.resources_servers.registry import ENVIRONMENTS
+from rollgate.resources_servers.registry import default_registry
 
 log = logging.getLogger("gen_examples")
 ROOT = Path(__file__).resolve().parent.parent
+# single environments (families generate their rows on demand: `rollgate tasks`)
+SHIPPED = sorted(n for n, s in default_registry().specs().items() if s.family is None)
 
 
 def generator_for(env: str):
     """The env module's `example_tasks`, or None when the module lacks one (or is not built yet)."""
-    module_name = ENVIRONMENTS[env].split(":")[0]
+    module_name = default_registry().get(env).env_class.__module__
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--env",
         action="append",
-        choices=sorted(ENVIRONMENTS),
+        choices=SHIPPED,
         help="environment to generate (repeatable; default: all that have example_tasks)",
     )
     p.add_argument("--n", type=int, default=24, help="tasks per environment (default 24)")
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.n < 1:
         p.error("--n must be at least 1")
     args.out.mkdir(parents=True, exist_ok=True)
-    for env in args.env or sorted(ENVIRONMENTS):
+    for env in args.env or SHIPPED:
         path = write_examples(env, args.n, args.seed, args.out)
         if path is not None:
             print(f"{env}: {args.n} tasks -> {path}")

@@ -1,11 +1,12 @@
-"""The agent loop: one episode of multi-turn tool use, from a task row to one Trajectory.
+"""The agent loop: one episode of multi-turn tool use, from a parsed task to one Trajectory.
 
 seed a session -> [call the model with the environment's tools -> run the turn's tool calls
 concurrently -> feed the outputs back] until a final answer or a budget -> verify -> close.
 
 Every way out is typed (rollgate.core.schemas.Outcome). An infrastructure failure (the model or
 environment unreachable, a timeout, a broken reply) ends the episode with an error outcome and
-NO reward, so trainers skip it instead of learning from a fake 0.
+NO reward, so trainers skip it instead of learning from a fake 0. The agent takes a parsed
+`Task` (rollgate.core.rows): rows are validated at the edge, never here.
 """
 
 from __future__ import annotations
@@ -18,22 +19,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
 from rollgate.agent_server import items as it
-from rollgate.core.errors import BadRequest, RollgateError
+from rollgate.agent_server.episode import Episode, EpisodeFailure, failure
+from rollgate.core.errors import BadRequest, ContextExhausted
 from rollgate.core.logging import log_context
 from rollgate.core.metrics import Metrics
+from rollgate.core.rows import Task, group_id
 from rollgate.core.schemas import (
+    SAMPLING_KEYS,
     ErrorInfo,
     ErrorKind,
     Outcome,
     PolicyRef,
     TaskRef,
-    TaskRow,
-    Timings,
     Trajectory,
-    Turn,
     VerifyRequest,
     new_id,
 )
@@ -43,76 +42,18 @@ from rollgate.resources_servers.client import EnvClient
 
 log = logging.getLogger("rollgate.agent")
 
-SAMPLING_KEYS = ("temperature", "top_p", "seed", "max_output_tokens")
 TRAINING_METADATA = {"rollgate_training": "true"}
 
 
 @dataclass
 class RunContext:
     job_id: str | None = None
-    group_id: str | None = None  # one group per task; repeats of a task share it
+    group_id: str | None = None  # one group per row of a job; default: rollgate.core.rows.group_id
     sample_index: int = 0
     policy_version: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
     deadline: float | None = None  # absolute time.monotonic(); default: settings.episode_timeout_s
     cancel: asyncio.Event | None = None
-
-
-class EpisodeFailure(Exception):
-    """Ends an episode early with an error outcome (raised inside the loop only)."""
-
-    def __init__(self, outcome: Outcome, error: ErrorInfo):
-        super().__init__(error.message)
-        self.outcome = outcome
-        self.error = error
-
-
-def _failure(exc: BaseException, phase: str) -> EpisodeFailure:
-    """Map an exception raised while talking to a part to the episode's outcome."""
-    component = "model" if phase == "model" else ("verify" if phase == "verify" else "env")
-    outcome = Outcome.model_error if phase == "model" else Outcome.env_error
-    if isinstance(exc, RollgateError):
-        info = exc.info()
-        info.component = component if info.component in ("rollgate", "store") else info.component
-        return EpisodeFailure(outcome, info)
-    if isinstance(exc, TimeoutError):
-        return EpisodeFailure(
-            outcome,
-            ErrorInfo(kind=ErrorKind.timeout, component=component, message=f"{phase} call exceeded its timeout"),
-        )
-    log.exception("unexpected error during %s", phase)
-    return EpisodeFailure(
-        outcome, ErrorInfo(kind=ErrorKind.internal, component="agent", message=f"{phase}: {type(exc).__name__}: {exc}")
-    )
-
-
-class Episode:
-    """The mutable record of one running episode (what becomes the Trajectory)."""
-
-    def __init__(self):
-        self.messages: list[dict[str, Any]] = []  # readable transcript
-        self.history: list[dict[str, Any]] = []  # what the model is sent (token fields on the last call only)
-        self._token_items: list[int] = []
-        self.turns: list[Turn] = []
-        self.timings = Timings()
-        self.output_tokens = 0
-        self.metrics: dict[str, Any] = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "token_drift": 0}
-        self.final_text = ""
-        self.session_id: str | None = None
-
-    def add_input(self, items: list[dict[str, Any]]) -> None:
-        self.history.extend(items)
-        self.messages.extend(it.readable(i) for i in items)
-
-    def add_model_output(self, output: list[dict[str, Any]]) -> None:
-        # Only the newest call's items need their token ids (the server extends from the last
-        # one), so older copies are dropped: the request grows with the text, not with tokens.
-        for idx in self._token_items:
-            self.history[idx] = it.readable(self.history[idx])
-        start = len(self.history)
-        self.history.extend(output)
-        self._token_items = [start + i for i, item in enumerate(output) if "prompt_token_ids" in item]
-        self.messages.extend(it.readable(i) for i in output)
 
 
 class Agent:
@@ -129,74 +70,49 @@ class Agent:
         self.envs = envs
         self.settings = settings
         self.model_name = model_name
-        self.metrics = metrics
+        self.metrics = metrics if metrics is not None else Metrics.off()
         self._tools: dict[str, list[dict[str, Any]]] = {}
 
     # --- public -------------------------------------------------------------------------
-    def parse(self, row: dict[str, Any] | TaskRow, env: str | None = None) -> tuple[TaskRow, str]:
-        """Validate a row and resolve its environment; BadRequest names the field."""
-        if isinstance(row, TaskRow):
-            task = row
-        else:
-            if not isinstance(row, dict):
-                raise BadRequest("a task row must be a JSON object", component="agent", field="row")
-            try:
-                task = TaskRow.model_validate(row)
-            except ValidationError as exc:
-                e = exc.errors()[0]
-                where = ".".join(str(x) for x in e.get("loc", ())) or "row"
-                raise BadRequest(
-                    f"malformed task row: {where}: {e.get('msg')}", component="agent", field=where
-                ) from None
-        env_name = env or task.env
-        if not env_name:
+    async def run(self, task: Task, ctx: RunContext | None = None) -> Trajectory:
+        """One episode of a parsed task (rollgate.core.rows.parse_row) -> its Trajectory."""
+        ctx = ctx or RunContext()
+        if task.env not in self.envs:
             raise BadRequest(
-                "the row names no environment (field `env`) and none was given", component="agent", field="env"
-            )
-        if env_name not in self.envs:
-            raise BadRequest(
-                f"unknown environment {env_name!r}; known: {', '.join(sorted(self.envs))}",
+                f"unknown environment {task.env!r}; known: {', '.join(sorted(self.envs))}",
                 component="agent",
                 field="env",
             )
-        return task, env_name
-
-    async def run(
-        self, row: dict[str, Any] | TaskRow, ctx: RunContext | None = None, *, env: str | None = None
-    ) -> Trajectory:
-        ctx = ctx or RunContext()
-        task, env_name = self.parse(row, env)
-        row_dict = task.row()
-        task_id = task.task_id or it.stable_task_id(row_dict)
+        env_name = task.env
         ep = Episode()
         trajectory_id = new_id("traj")
         started = time.monotonic()
         deadline = ctx.deadline or started + self.settings.episode_timeout_s
         m = self.metrics
-        if m:
-            m.rollouts_started.labels(env_name).inc()
-            m.in_flight.labels(env_name).inc()
+        m.rollouts_started.labels(env_name).inc()
+        m.in_flight.labels(env_name).inc()
         outcome, error, verdict = Outcome.completed, None, None
-        with log_context(job_id=ctx.job_id, trajectory_id=trajectory_id, task_id=task_id, env=env_name):
+        with log_context(job_id=ctx.job_id, trajectory_id=trajectory_id, task_id=task.task_id, env=env_name):
             try:
-                outcome, verdict = await self._guarded(task, env_name, ctx, ep, deadline)
+                outcome, verdict = await self._guarded(task, ctx, ep, deadline)
             except EpisodeFailure as f:
                 outcome, error = f.outcome, f.error
                 log.info("episode ended with %s: %s", outcome.value, error.message)
             finally:
                 await self._close(env_name, ep.session_id)
-                if m:
-                    m.in_flight.labels(env_name).dec()
+                m.in_flight.labels(env_name).dec()
         ep.timings.total_s = time.monotonic() - started
         ep.metrics["output_tokens"] = ep.output_tokens
-        sampling = {k: v for k, v in self._sampling(task, ctx).items() if k in SAMPLING_KEYS}
         traj = Trajectory(
             trajectory_id=trajectory_id,
-            group_id=ctx.group_id or f"grp_{task_id}",
+            group_id=ctx.group_id or group_id(task.task_id, job_id=ctx.job_id, row_index=task.row_index),
             sample_index=ctx.sample_index,
+            row_index=task.row_index,
             job_id=ctx.job_id,
-            task=TaskRef(env=env_name, task_id=task_id, seed=task.seed, row=row_dict),
-            policy=PolicyRef(model=self.model_name, policy_version=ctx.policy_version, sampling=sampling),
+            task=TaskRef(env=env_name, task_id=task.task_id, seed=task.row.seed, row=task.dump()),
+            policy=PolicyRef(
+                model=self.model_name, policy_version=ctx.policy_version, sampling=self._sampling(task, ctx)
+            ),
             messages=ep.messages,
             turns=ep.turns,
             outcome=outcome,
@@ -206,17 +122,16 @@ class Agent:
             reward_components=verdict.reward_components if verdict else None,
             metrics={**ep.metrics, **(verdict.metrics if verdict else {})},
         )
-        if m:
-            m.rollouts_finished.labels(env_name, outcome.value).inc()
-            if traj.reward is not None:
-                m.reward.labels(env_name).observe(traj.reward)
+        m.rollouts_finished.labels(env_name, outcome.value).inc()
+        if traj.reward is not None:
+            m.reward.labels(env_name).observe(traj.reward)
         return traj
 
     # --- the episode --------------------------------------------------------------------
-    async def _guarded(self, task, env_name, ctx, ep, deadline):
+    async def _guarded(self, task: Task, ctx: RunContext, ep: Episode, deadline: float):
         """Run the episode under its wall-clock budget and the job's cancel signal."""
         remaining = deadline - time.monotonic()
-        episode = asyncio.ensure_future(self._episode(task, env_name, ctx, ep))
+        episode = asyncio.ensure_future(self._episode(task, ctx, ep))
         waiters = {episode}
         cancel_wait = None
         if ctx.cancel is not None:
@@ -246,15 +161,16 @@ class Agent:
             Outcome.timeout, ErrorInfo(kind=ErrorKind.timeout, component="agent", message=f"episode exceeded {what}")
         )
 
-    async def _episode(self, task: TaskRow, env_name: str, ctx: RunContext, ep: Episode):
+    async def _episode(self, task: Task, ctx: RunContext, ep: Episode):
         s = self.settings
+        env_name = task.env
         env = self.envs[env_name]
         t = time.monotonic()
         try:
-            seeded = await env.seed(task.row(), timeout_s=s.seed_timeout_s)
-            tools = task.responses_create_params.get("tools") or await self._env_tools(env_name, env)
+            seeded = await env.seed(task.row, timeout_s=s.seed_timeout_s)
+            tools = task.row.responses_create_params.get("tools") or await self._env_tools(env_name, env)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a typed outcome
-            raise _failure(exc, "seed") from None
+            raise failure(exc, "seed") from None
         ep.timings.seed_s = time.monotonic() - t
         self._hop("seed", env_name, ep.timings.seed_s)
         ep.session_id = seeded.session_id
@@ -262,10 +178,10 @@ class Agent:
             return await self._turns(task, env_name, ctx, ep, env, tools, seeded.observation)
 
     async def _turns(
-        self, task: TaskRow, env_name: str, ctx: RunContext, ep: Episode, env: EnvClient, tools, observation: str | None
+        self, task: Task, env_name: str, ctx: RunContext, ep: Episode, env: EnvClient, tools, observation: str | None
     ):
         s = self.settings
-        ep.add_input(it.input_items(task.responses_create_params["input"]))
+        ep.add_input(it.input_items(task.row.responses_create_params["input"]))
         if observation:
             ep.add_input([{"role": "user", "content": observation}])
         tool_names = {t.get("name") for t in tools}
@@ -294,20 +210,24 @@ class Agent:
         verdict = await self._verify(env, env_name, ep)
         return outcome, verdict
 
-    def _base_request(self, task: TaskRow, ctx: RunContext, tools, session_id: str) -> dict[str, Any]:
-        params = {k: v for k, v in task.responses_create_params.items() if k not in ("input", "tools", "stream")}
+    def _base_request(self, task: Task, ctx: RunContext, tools, session_id: str) -> dict[str, Any]:
+        rcp = task.row.responses_create_params
+        params = {k: v for k, v in rcp.items() if k not in ("input", "tools", "stream")}
         params.update(self._sampling(task, ctx))
         params["model"] = self.model_name
         params["tools"] = tools
+        params.setdefault("store", False)  # the trajectory is the record: no stored response to keep
         metadata = dict(params.get("metadata") or {})
         metadata.update(TRAINING_METADATA)
         metadata["rollgate_session"] = session_id  # replica affinity (prefix cache) in the model pool
         params["metadata"] = metadata
         return params
 
-    def _sampling(self, task: TaskRow, ctx: RunContext) -> dict[str, Any]:
-        out = {k: task.responses_create_params[k] for k in SAMPLING_KEYS if k in task.responses_create_params}
-        out.update({k: v for k, v in ctx.sampling.items() if v is not None})
+    def _sampling(self, task: Task, ctx: RunContext) -> dict[str, Any]:
+        """The row's sampling settings, the job's overrides on top (only the keys of SAMPLING_KEYS)."""
+        rcp = task.row.responses_create_params
+        out = {k: rcp[k] for k in SAMPLING_KEYS if k in rcp}
+        out.update({k: v for k, v in ctx.sampling.items() if v is not None and k in SAMPLING_KEYS})
         if "seed" in out and ctx.sample_index:
             out["seed"] = int(out["seed"]) + ctx.sample_index  # repeats of one task must differ
         return out
@@ -326,12 +246,14 @@ class Agent:
             response = await self.model.create(request, timeout_s=s.model_timeout_s)
             output = it.output_items(response)
             turn = it.turn_from_output(output)
+        except ContextExhausted as exc:
+            if not ep.metrics["turns"]:  # the task's own prompt does not fit: nothing to verify
+                raise failure(exc, "model") from None
+            # The conversation outgrew the model's context: a budget ran out, not a failure.
+            ep.metrics["context_exhausted"] = True
+            return None
         except Exception as exc:  # noqa: BLE001
-            if isinstance(exc, BadRequest) and "context" in exc.message.lower() and ep.metrics["turns"]:
-                # The conversation outgrew the model's context: a budget ran out, not a failure.
-                ep.metrics["context_exhausted"] = True
-                return None
-            raise _failure(exc, "model") from None
+            raise failure(exc, "model") from None
         dt = time.monotonic() - t
         ep.timings.model_s += dt
         self._hop("model", env_name, dt)
@@ -340,19 +262,17 @@ class Agent:
             turn.finish_reason = "length" if response.get("status") == "incomplete" else "stop"
             if ep.turns and not it.extends(ep.turns[-1], turn):
                 ep.metrics["token_drift"] += 1
-                if self.metrics:
-                    self.metrics.token_drift.labels(env_name).inc()
+                self.metrics.token_drift.labels(env_name).inc()
             ep.turns.append(turn)
             ep.output_tokens += len(turn.generation_token_ids)
             in_tokens = len(turn.prompt_token_ids)
         else:
             ep.output_tokens += int(usage.get("output_tokens") or 0)
             in_tokens = int(usage.get("input_tokens") or 0)
-        if self.metrics:
-            self.metrics.tokens.labels("in", env_name).inc(in_tokens)
-            self.metrics.tokens.labels("out", env_name).inc(
-                len(turn.generation_token_ids) if turn else int(usage.get("output_tokens") or 0)
-            )
+        self.metrics.tokens.labels("in", env_name).inc(in_tokens)
+        self.metrics.tokens.labels("out", env_name).inc(
+            len(turn.generation_token_ids) if turn else int(usage.get("output_tokens") or 0)
+        )
         ep.add_model_output(output)
         return output, response.get("status")
 
@@ -372,7 +292,7 @@ class Agent:
                         ep.session_id, name, call.get("arguments", "{}"), timeout_s=self.settings.tool_timeout_s
                     )
                 except Exception as exc:  # noqa: BLE001
-                    raise _failure(exc, "tool") from None
+                    raise failure(exc, "tool") from None
                 self._hop("tool", env_name, time.monotonic() - started)
                 text, is_error = out.output, out.is_error
             ep.metrics["tool_errors"] += int(is_error)
@@ -395,7 +315,7 @@ class Agent:
                 timeout_s=self.settings.verify_timeout_s,
             )
         except Exception as exc:  # noqa: BLE001
-            raise _failure(exc, "verify") from None
+            raise failure(exc, "verify") from None
         ep.timings.verify_s = time.monotonic() - t
         self._hop("verify", env_name, ep.timings.verify_s)
         return verdict
@@ -408,5 +328,4 @@ class Agent:
             await asyncio.shield(self.envs[env_name].close(session_id, timeout_s=5.0))
 
     def _hop(self, hop: str, env_name: str, seconds: float) -> None:
-        if self.metrics:
-            self.metrics.hop_latency.labels(hop, env_name).observe(seconds)
+        self.metrics.hop_latency.labels(hop, env_name).observe(seconds)

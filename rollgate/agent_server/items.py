@@ -3,15 +3,12 @@ off output items, and the readable transcript (token fields stripped)."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
-from rollgate.core import jsonutil
 from rollgate.core.errors import ProtocolError
-from rollgate.core.items import message_text
+from rollgate.core.items import TOKEN_FIELDS, output_text
 from rollgate.core.schemas import Turn
 
-TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 TOKEN_AND_VERSION_FIELDS = (*TOKEN_FIELDS, "weight_version")
 
 
@@ -20,12 +17,6 @@ def input_items(raw: str | list[Any]) -> list[dict[str, Any]]:
     if isinstance(raw, str):
         return [{"role": "user", "content": raw}]
     return [dict(item) for item in raw]
-
-
-def stable_task_id(row: dict[str, Any]) -> str:
-    """A task id for rows that carry none: the same row always gets the same id (resume works)."""
-    body = {k: v for k, v in row.items() if k not in ("task_id",)}
-    return "t_" + hashlib.sha1(jsonutil.dumps(body)).hexdigest()[:16]
 
 
 def output_items(response: Any) -> list[dict[str, Any]]:
@@ -66,13 +57,7 @@ def readable(item: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in item.items() if k not in TOKEN_AND_VERSION_FIELDS}
 
 
-def final_text(output: list[dict[str, Any]]) -> str:
-    texts = [
-        message_text(i)
-        for i in output
-        if i.get("type", "message") == "message" and i.get("role", "assistant") == "assistant"
-    ]
-    return "".join(texts)
+final_text = output_text  # the final answer of a model call
 
 
 def function_calls(output: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -59,7 +59,7 @@ def gateway_url(args: argparse.Namespace, settings: Settings) -> Iterator[str]:
         yield args.gateway
         return
     from rollgate.core.serving import serve_in_thread
-    from rollgate.gateway.embedded import build_app
+    from rollgate.stack.embedded import build_app
 
     if args.concurrency:
         settings.agent.concurrency = args.concurrency
@@ -81,10 +81,10 @@ def _summary_line(stats, elapsed: float) -> str:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from rollgate.client.collector import collect, failures_path
+    from rollgate.client.gateway import RolloutClient
     from rollgate.core.errors import RollgateError
     from rollgate.core.logging import setup_logging
-    from rollgate.gateway.client import RolloutClient
-    from rollgate.gateway.collector import collect, failures_path
 
     settings = Settings.load(args.config, redis_url=args.redis_url)
     setup_logging(settings.log_level if settings.log_level != "INFO" else "WARNING", json_logs=settings.log_json)

@@ -1,5 +1,7 @@
 """`rollgate demo`: the first run. Builds the tiny model if missing, collects a few rollouts of
-each shipped environment's examples on the embedded stack, and prints a per-environment summary.
+each shipped environment's examples and of a few reasoning_gym datasets (when reasoning-gym is
+installed: rows generated on the spot, `rollgate tasks`) on the embedded stack, and prints a
+per-environment summary.
 
 Example rows are read from, in order: --examples DIR; `examples/` beside the installed package
 (a source checkout or an editable install); `rollgate/examples/` inside the package (a wheel that
@@ -22,6 +24,8 @@ from rollgate.core.settings import Settings
 DEFAULT_TASKS_PER_ENV = 3
 DEFAULT_MAX_OUTPUT_TOKENS = 32
 DEFAULT_MAX_TURNS = 3
+# quick to generate and to score; shown when the `envs` extra is installed
+DEMO_GENERATED_ENVS = ("reasoning_gym/chain_sum", "reasoning_gym/letter_counting", "reasoning_gym/spell_backward")
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
@@ -62,7 +66,9 @@ def examples_dir(explicit: str | None) -> Path | None:
 
 
 def build_task_file(src: Path, envs: list[str], per_env: int, dest: Path) -> dict[str, int]:
+    """Example rows of each environment: from <src>/<env>.jsonl, else from its task generator."""
     from rollgate.core import jsonutil
+    from rollgate.resources_servers.registry import default_registry
 
     counts: dict[str, int] = {}
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -70,6 +76,9 @@ def build_task_file(src: Path, envs: list[str], per_env: int, dest: Path) -> dic
         for env in envs:
             path = src / f"{env}.jsonl"
             if not path.is_file():
+                rows = default_registry().get(env).tasks(per_env, 0, None, "train")
+                out.writelines(jsonutil.dumps(row) + b"\n" for row in rows)
+                counts[env] = len(rows)
                 continue
             n = 0
             for raw in path.read_bytes().splitlines():
@@ -88,8 +97,9 @@ def summarise(records: list[dict[str, Any]], elapsed: float) -> str:
     by_env: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         by_env[r["task"]["env"]].append(r)
+    w = max([12, *(len(e) for e in by_env)])
     lines = [
-        f"{'environment':<12} {'n':>3} {'mean reward':>11} {'tokens in':>9} {'tokens out':>10} "
+        f"{'environment':<{w}} {'n':>3} {'mean reward':>11} {'tokens in':>9} {'tokens out':>10} "
         f"{'s/rollout':>9}  outcomes"
     ]
     for env in sorted(by_env):
@@ -100,19 +110,19 @@ def summarise(records: list[dict[str, Any]], elapsed: float) -> str:
         tokens_in = sum(len(t["prompt_token_ids"]) for r in rs for t in r.get("turns", []))
         latency = sum(r.get("timings", {}).get("total_s", 0.0) for r in rs) / len(rs)
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(Counter(r["outcome"] for r in rs).items()))
-        lines.append(f"{env:<12} {len(rs):>3} {mean:>11} {tokens_in:>9} {tokens_out:>10} {latency:>9.2f}  {outcomes}")
+        lines.append(f"{env:<{w}} {len(rs):>3} {mean:>11} {tokens_in:>9} {tokens_out:>10} {latency:>9.2f}  {outcomes}")
     rate = len(records) / elapsed if elapsed > 0 else 0.0
     lines.append(f"{len(records)} rollouts in {elapsed:.1f}s: {rate:.2f} rollouts/s")
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
+    from rollgate.client.collector import collect, failures_path
+    from rollgate.client.gateway import RolloutClient
     from rollgate.commands.collect import gateway_url
     from rollgate.core import jsonutil
     from rollgate.core.logging import setup_logging
-    from rollgate.gateway.client import RolloutClient
-    from rollgate.gateway.collector import collect, failures_path
-    from rollgate.resources_servers.registry import ENVIRONMENTS
+    from rollgate.resources_servers.registry import default_registry
 
     settings = Settings.load(args.config, redis_url=args.redis_url)
     setup_logging("WARNING", json_logs=settings.log_json)
@@ -123,8 +133,14 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    wanted = args.envs.split(",") if args.envs else [e for e in settings.envs if e in ENVIRONMENTS]
-    envs = [e for e in wanted if (src / f"{e}.jsonl").is_file()]
+    specs = default_registry().specs()
+    generated = [e for e in DEMO_GENERATED_ENVS if e in specs and specs[e].available]
+    wanted = args.envs.split(",") if args.envs else [*[e for e in specs if "/" not in e], *generated]
+    envs = [
+        e
+        for e in wanted
+        if (src / f"{e}.jsonl").is_file() or (e in specs and specs[e].available and specs[e].tasks is not None)
+    ]
     if not envs:
         print(f"rollgate demo: no examples for {', '.join(wanted)} in {src}", file=sys.stderr)
         return 2

@@ -6,9 +6,128 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 
-from rollgate.core.doctor import CheckResult, Status, exit_code, run_checks
-from rollgate.core.settings import Settings
+import httpx
+
+from rollgate.commands.checks import (
+    Check,
+    CheckResult,
+    Status,
+    check_config,
+    check_env_local,
+    check_env_pattern,
+    check_env_url,
+    check_gateway,
+    check_model_dir,
+    check_plugins,
+    check_redis,
+    check_remote_model,
+    check_sandbox,
+    default_tiny_path,
+    describe_error,
+    fail,
+    ok,
+)
+from rollgate.core.settings import DEFAULT_HOME, Settings
+
+
+async def _timed(name: str, check: Check, timeout_s: float) -> CheckResult:
+    started = time.perf_counter()
+    try:
+        result = await asyncio.wait_for(check(), timeout_s)
+    except TimeoutError:
+        result = fail(name, f"no answer within {timeout_s:g}s", "the part hangs or the address is wrong")
+    except Exception as exc:  # a crashing check is reported, not raised: the others still print
+        result = fail(name, f"the check itself crashed: {describe_error(exc)}", "please report this as a bug")
+    result.elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
+    return result
+
+
+def _in_thread(fn: Callable[..., CheckResult], *args, **kwargs) -> Check:
+    # file reads, imports and subprocess probes block: keep them off the loop the HTTP checks use
+    return lambda: asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def run_checks(
+    settings: Settings, *, config_file: str | None = None, gateway_url: str | None = None, timeout_s: float = 5.0
+) -> list[CheckResult]:
+    """Every check that applies to `settings`, in a stable order."""
+    gateway_url = gateway_url or settings.gateway_url
+    # Our token goes to our own services only, never to an upstream (vLLM, OpenAI) server.
+    auth = {"authorization": f"Bearer {settings.api_key}"} if settings.api_key else None
+    async with httpx.AsyncClient(timeout=timeout_s) as client:
+        checks: list[tuple[str, Check]] = [
+            ("config", _in_thread(check_config, settings, config_file)),
+            ("redis", lambda: check_redis(settings.redis_url, timeout_s)),
+        ]
+        if gateway_url:
+            checks.append(("gateway", lambda: check_gateway(gateway_url, client, auth)))
+        checks.extend(_model_checks(settings, client, auth))
+        checks.append(("plugins", _in_thread(check_plugins)))
+        for env in dict.fromkeys([*settings.envs, *settings.env_urls]):
+            urls = settings.env_urls.get(env)
+            if urls:
+                checks.extend((f"env:{env}", (lambda e=env, u=u: check_env_url(e, u, client, auth))) for u in urls)
+            elif any(c in env for c in "*?["):
+                checks.append((f"envs:{env}", _in_thread(check_env_pattern, env)))
+            else:
+                checks.append((f"env:{env}", _in_thread(check_env_local, env)))
+        # the probe forks a few short processes; 10 s covers a slow host
+        checks.append(("sandbox", _in_thread(check_sandbox)))
+        return list(
+            await asyncio.gather(
+                *(_timed(n, c, max(timeout_s, 10.0) if n == "sandbox" else timeout_s) for n, c in checks)
+            )
+        )
+
+
+def _model_checks(
+    settings: Settings, client: httpx.AsyncClient, auth: dict[str, str] | None
+) -> list[tuple[str, Check]]:
+    m = settings.model
+    tiny = default_tiny_path(settings)
+    out: list[tuple[str, Check]] = []
+    if settings.model_url:
+        out.append(
+            ("model", lambda: check_remote_model("model", settings.model_url, client, m.served_name, headers=auth))
+        )
+    elif m.backend == "local":
+        path = Path(m.model_path)
+        # The default model path is the tiny model, which the server builds when missing.
+        is_tiny = path in (tiny, DEFAULT_HOME / "tiny-model")
+        out.append(("model", _in_thread(check_model_dir, "model", path, missing_is_fail=not is_tiny)))
+        if is_tiny:
+            return out
+    elif m.backend in ("vllm", "openai"):
+        if not m.upstream_urls:
+            out.append(
+                (
+                    "model",
+                    _in_thread(
+                        lambda: fail("model", f"backend {m.backend} has no upstream server", "set model.upstream_urls")
+                    ),
+                )
+            )
+        for i, url in enumerate(m.upstream_urls):
+            out.append(
+                (
+                    f"model[{i}]",
+                    lambda u=url, i=i: check_remote_model(
+                        f"model[{i}]", u, client, m.upstream_model, upstream=True, api_key=m.upstream_api_key
+                    ),
+                )
+            )
+    else:
+        out.append(("model", _in_thread(lambda: ok("model", f"backend {m.backend} (no server to check)"))))
+    out.append(("tiny-model", _in_thread(check_model_dir, "tiny-model", tiny, missing_is_fail=False)))
+    return out
+
+
+def exit_code(results: list[CheckResult]) -> int:
+    return 1 if any(r.status is Status.fail for r in results) else 0
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:

@@ -9,13 +9,15 @@ from rollgate.core.settings import Settings
 
 ROLES = {
     # role -> "module:function(settings[, env_name]) -> ASGI app"
-    "all": "rollgate.gateway.embedded:build_app",
+    "all": "rollgate.stack.embedded:build_app",
     "gateway": "rollgate.gateway.server:build_app",
-    "agent": "rollgate.agent_server.server:build_app",
+    "agent": "rollgate.stack.agent_role:build_app",
     "model": "rollgate.model_server.server:build_app",
     "resources": "rollgate.resources_servers.server:build_app",
+    # runs model-written code for the code environment's `remote` provider (docs/sandbox.md)
+    "sandbox": "rollgate.sandbox.service:build_app",
 }
-DEFAULT_PORTS = {"all": 8000, "gateway": 8000, "agent": 8100, "model": 8200, "resources": 8300}
+DEFAULT_PORTS = {"all": 8000, "gateway": 8000, "agent": 8100, "model": 8200, "resources": 8300, "sandbox": 8400}
 
 SERVE_EPILOG = """\
 settings (environment variables; nested fields use __; a YAML file via --config holds the same tree):
@@ -28,7 +30,10 @@ settings (environment variables; nested fields use __; a YAML file via --config 
   ROLLGATE_AGENT__CONCURRENCY   episodes one agent worker runs at once (default 64)
   ROLLGATE_GATEWAY__MAX_QUEUED_TASKS      queued tasks beyond which jobs get 503 + Retry-After
   ROLLGATE_GATEWAY__VISIBILITY_TIMEOUT_S  a dead worker's tasks are re-run after this long
-  ROLLGATE_SANDBOX__PROVIDER    local | docker | kubernetes: where the code environment runs code
+  ROLLGATE_SANDBOX__PROVIDER    local | docker | kubernetes | remote: where the code environment runs code
+  ROLLGATE_SANDBOX__URL, ROLLGATE_SANDBOX__TOKEN   provider remote: the sandbox service (role sandbox) and
+                                its token (role sandbox: the token it requires)
+  ROLLGATE_SANDBOX__ALLOW_UNISOLATED  true: run model code even where it cannot be isolated (default: refuse)
   ROLLGATE_MODEL__MODEL_PATH    model directory of the local backend (default: the tiny model in ROLLGATE_HOME)
 
 examples:
@@ -56,7 +61,8 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         "--role",
         choices=sorted(ROLES),
         default="all",
-        help="all: every part in one process (embedded, default); or one part: gateway, agent, model, resources",
+        help="all: every part in one process (embedded, default); or one part: gateway, agent, model, resources, "
+        "sandbox",
     )
     p.add_argument("--env", metavar="NAME", help="environment to serve (role resources)")
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
@@ -90,6 +96,7 @@ def build(role: str, settings: Settings, env: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
+    from rollgate.core.errors import RollgateError
     from rollgate.core.logging import setup_logging
     from rollgate.core.serving import serve_forever
 
@@ -106,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "no_auth", False):
         settings.gateway.auth = False
     setup_logging(settings.log_level, json_logs=settings.log_json)
-    app = build(args.role, settings, args.env)
+    try:
+        app = build(args.role, settings, args.env)
+    except RollgateError as exc:  # a refusal to start (e.g. no sandbox isolation): the reason, not a traceback
+        raise SystemExit(f"rollgate serve --role {args.role}: {exc}") from None
     serve_forever(app, settings.host, settings.port, log_level=settings.log_level.lower())
     return 0

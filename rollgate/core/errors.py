@@ -9,6 +9,7 @@ from rollgate.core.schemas import ErrorInfo, ErrorKind
 class RollgateError(Exception):
     kind: ErrorKind = ErrorKind.internal
     status: int = 500
+    code: str | None = None  # a finer type than `kind`, carried on the wire (error.code)
 
     def __init__(self, message: str, *, component: str = "rollgate", field: str | None = None):
         super().__init__(message)
@@ -20,7 +21,10 @@ class RollgateError(Exception):
         return ErrorInfo(kind=self.kind, message=self.message, component=self.component, field=self.field)
 
     def body(self) -> dict:
-        return {"error": self.info().model_dump(mode="json", exclude_none=True)}
+        err = self.info().model_dump(mode="json", exclude_none=True)
+        if self.code is not None:
+            err["code"] = self.code
+        return {"error": err}
 
     def __str__(self) -> str:
         where = f" (field {self.field})" if self.field else ""
@@ -30,6 +34,13 @@ class RollgateError(Exception):
 class BadRequest(RollgateError):
     kind = ErrorKind.bad_request
     status = 400
+
+
+class ContextExhausted(BadRequest):
+    """The prompt does not fit the model's context window: a budget ran out, typed so that the
+    agent can end the episode as truncated without reading error messages."""
+
+    code = "context_exhausted"
 
 
 class Unauthorized(RollgateError):
@@ -108,6 +119,8 @@ def error_from_body(body: dict, *, component: str, status: int) -> RollgateError
         return PayloadTooLarge(message, component=comp, field=field)
     if status == 401:
         return Unauthorized(message, component=comp, field=field)
+    if status == 400 and err.get("code") == ContextExhausted.code:
+        return ContextExhausted(message, component=comp, field=field)
     if 400 <= status < 500:
         return BadRequest(message, component=comp, field=field)
     if status == 503:

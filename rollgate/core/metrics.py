@@ -11,7 +11,40 @@ HOP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 
 REWARD_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
+class _Off:
+    """An instrument that records nothing (see Metrics.off)."""
+
+    def labels(self, *args: object, **kwargs: object) -> _Off:
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def dec(self, amount: float = 1) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+    def observe(self, value: float) -> None:
+        pass
+
+
 class Metrics:
+    """Every instrument of a process. Code takes a Metrics and records unconditionally: where
+    nothing is exported (a trainer's in-process stack, a test), it gets `Metrics.off()`."""
+
+    @classmethod
+    def off(cls) -> Metrics:
+        """A null object: the same attributes, each an instrument that records nothing."""
+        off = cls.__new__(cls)
+        off.registry = None
+        on = cls()  # only to learn the attribute names; its registry is dropped
+        for name in vars(on):
+            if name != "registry":
+                setattr(off, name, _Off())
+        return off
+
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry

@@ -7,12 +7,12 @@ reject records of a newer version instead of guessing.
 from __future__ import annotations
 
 import enum
-import uuid
+import os
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: row_index and attempts on Trajectory, row_index on FailureRecord
 
 
 class Outcome(str, enum.Enum):
@@ -82,6 +82,19 @@ class TaskRow(BaseModel):
         return self.model_dump(mode="json", exclude_none=True)
 
 
+class SamplingOverrides(BaseModel):
+    """Sampling settings a job (or a caller) imposes over the rows' own: the one list of them."""
+
+    model_config = ConfigDict(extra="forbid")
+    temperature: float | None = Field(None, ge=0, le=10)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = None
+    max_output_tokens: int | None = Field(None, ge=1, le=1_000_000)
+
+
+SAMPLING_KEYS = tuple(SamplingOverrides.model_fields)
+
+
 class TaskRef(BaseModel):
     env: str
     task_id: str
@@ -123,7 +136,8 @@ class Timings(BaseModel):
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
+    """`prefix_` + 128 random bits in hex: like uuid4().hex without building a UUID (ids are opaque)."""
+    return f"{prefix}_{os.urandom(16).hex()}"
 
 
 class Trajectory(BaseModel):
@@ -131,6 +145,8 @@ class Trajectory(BaseModel):
     trajectory_id: str = Field(default_factory=lambda: new_id("traj"))
     group_id: str
     sample_index: int = 0
+    row_index: int | None = None  # the row's position in its job or file (None in version 1 records)
+    attempts: int = 1  # 1 + re-runs after infrastructure failures
     job_id: str | None = None
     task: TaskRef
     policy: PolicyRef
@@ -172,7 +188,8 @@ class FailureRecord(BaseModel):
 
     schema_version: int = SCHEMA_VERSION
     task_id: str | None = None
-    line: int | None = None
+    row_index: int | None = None  # the row's position in its job
+    line: int | None = None  # the 1-based line of the task file (rollgate collect)
     job_id: str | None = None
     error: ErrorInfo
 

@@ -71,9 +71,16 @@ class GatewaySettings(BaseModel):
 class SandboxSettings(BaseModel):
     """Where the `code` environment runs model-written code (see docs/sandbox.md)."""
 
-    provider: Literal["local", "docker", "kubernetes"] = "local"
+    provider: Literal["local", "docker", "kubernetes", "remote"] = "local"
     pool_size: int = 0  # warm sandboxes kept ready (providers with a start cost)
     options: dict[str, Any] = Field(default_factory=dict)  # provider constructor options (image, namespace, ...)
+    # Run model-written code even where the provider cannot isolate it (no network/PID/mount
+    # namespaces): off by default, so the code environment and role sandbox refuse to start instead.
+    allow_unisolated: bool = False
+    # provider remote: the sandbox service (`rollgate serve --role sandbox`) and its bearer token;
+    # role sandbox: the token it requires
+    url: str | None = None
+    token: str | None = None
 
 
 class Settings(BaseSettings):
@@ -88,7 +95,9 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
 
     # which environments this process serves (role all/resources) or knows (agent, gateway)
-    envs: list[str] = Field(default_factory=lambda: ["math", "workplace", "game2048", "wordle", "code"])
+    # (names or glob patterns: "*" is every available environment, "reasoning_gym/*" one family;
+    # see `rollgate envs`)
+    envs: list[str] = Field(default_factory=lambda: ["*"])
     # distributed shape: where the parts are (env name -> replica base URLs)
     model_url: str | None = None
     env_urls: dict[str, list[str]] = Field(default_factory=dict)

@@ -15,7 +15,8 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
 from rollgate.core.errors import NotFound, UpstreamError, UpstreamTimeout
-from rollgate.gateway.replicas import ReplicaSet
+from rollgate.core.replicas import ReplicaSet
+from rollgate.model_server.capture import SESSION_HEADER
 
 log = logging.getLogger("rollgate.proxy")
 
@@ -43,13 +44,17 @@ class Forwarder:
         )
         self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
 
-    async def forward(self, request: Request, replicas: ReplicaSet, path: str, *, component: str) -> Response:
+    async def forward(
+        self, request: Request, replicas: ReplicaSet, path: str, *, component: str, pin: str | None = None
+    ) -> Response:
+        """`pin`: a key whose requests go to one replica while it is up (a capture session's
+        tokens live in that model server's memory); others go round robin."""
         body = await request.body()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
         headers.update(self._auth)
         query = request.url.query
         last: Exception | None = None
-        for base in replicas.order():
+        for base in replicas.order(pin):
             url = f"{base}{path}" + (f"?{query}" if query else "")
             upstream = self._client.build_request(request.method, url, content=body, headers=headers)
             try:
@@ -94,22 +99,32 @@ class Forwarder:
 def proxy_router(forwarder: Forwarder, *, model: ReplicaSet | None, envs: dict[str, ReplicaSet]) -> APIRouter:
     r = APIRouter()
 
-    async def to_model(request: Request, path: str) -> Response:
+    async def to_model(request: Request, path: str, pin: str | None = None) -> Response:
         if model is None:
             raise NotFound(
                 "this gateway has no model server configured (settings.model_url)",
                 component="gateway",
                 field="model_url",
             )
-        return await forwarder.forward(request, model, path, component="model")
+        pin = pin or request.headers.get(SESSION_HEADER)
+        return await forwarder.forward(request, model, path, component="model", pin=pin)
 
-    @r.post("/v1/responses", tags=["model"], summary="OpenAI Responses API (proxied to the model pool)")
-    async def responses(request: Request) -> Response:
-        return await to_model(request, "/v1/responses")
+    # Each model route, at /v1/... and at /capture/{session}/v1/... (the session's calls pinned
+    # to one model server, where its captured tokens are kept).
+    for prefix in ("", "/capture/{session}"):
+        for method, path, summary in MODEL_ROUTES:
+            r.add_api_route(
+                prefix + path, _model_route(to_model, path), methods=[method], tags=["model"], summary=summary
+            )
 
-    @r.get("/v1/models", tags=["model"], summary="Models served (proxied)")
-    async def models(request: Request) -> Response:
-        return await to_model(request, "/v1/models")
+    @r.api_route(
+        "/v1/captures/{session}",
+        methods=["GET", "DELETE"],
+        tags=["model"],
+        summary="Tokens captured for one session (proxied to the model server holding it)",
+    )
+    async def captures(session: str, request: Request) -> Response:
+        return await to_model(request, f"/v1/captures/{session}", pin=session)
 
     @r.api_route(
         "/envs/{env}/{path:path}",
@@ -128,3 +143,24 @@ def proxy_router(forwarder: Forwarder, *, model: ReplicaSet | None, envs: dict[s
         return await forwarder.forward(request, replicas, "/" + path, component=f"env:{env}")
 
     return r
+
+
+MODEL_ROUTES = (
+    ("POST", "/v1/responses", "OpenAI Responses API (proxied to the model pool)"),
+    ("POST", "/v1/chat/completions", "OpenAI Chat Completions API (proxied)"),
+    ("POST", "/v1/messages", "Anthropic Messages API (proxied)"),
+    ("GET", "/v1/responses/{response_id}", "A stored response (proxied)"),
+    ("GET", "/v1/models", "Models served (proxied)"),
+)
+
+
+def _model_route(to_model, path: str):
+    async def route(request: Request) -> Response:
+        params = request.path_params
+        session = params.get("session")
+        upstream = path.replace("{response_id}", params.get("response_id", ""))
+        if session is not None:
+            upstream = f"/capture/{session}{upstream}"
+        return await to_model(request, upstream, pin=session)
+
+    return route

@@ -14,44 +14,18 @@ from collections.abc import Awaitable, Callable
 from fastapi import APIRouter, FastAPI
 
 from rollgate.core.app import make_app
+from rollgate.core.auth import auth_key, require_bearer
 from rollgate.core.metrics import Metrics
+from rollgate.core.replicas import ReplicaSet
 from rollgate.core.settings import Settings
-from rollgate.gateway.auth import auth_required_but_missing, require_bearer
 from rollgate.gateway.jobs import jobs_router
 from rollgate.gateway.proxy import Forwarder, proxy_router
-from rollgate.gateway.queue import JobQueue
-from rollgate.gateway.replicas import ReplicaSet
+from rollgate.jobs import make_queue
+from rollgate.jobs.queue import JobQueue
 
 log = logging.getLogger("rollgate.gateway")
 
 Hook = Callable[[], Awaitable[None]]
-
-
-def auth_key(settings: Settings, role: str) -> str | None:
-    """The token this role enforces; refuses to run open unless auth was switched off explicitly."""
-    if not settings.gateway.auth:
-        log.warning("auth is disabled (gateway.auth=false): anyone who can reach port %d can use it", settings.port)
-        return None
-    if not settings.api_key:
-        raise SystemExit(auth_required_but_missing(role))
-    return settings.api_key
-
-
-def make_queue(settings: Settings) -> JobQueue:
-    g = settings.gateway
-    if settings.redis_url:
-        from rollgate.gateway.redis_queue import RedisJobQueue
-
-        return RedisJobQueue(
-            settings.redis_url,
-            prefix=g.queue_prefix,
-            max_queued_tasks=g.max_queued_tasks,
-            visibility_timeout_s=g.visibility_timeout_s,
-            result_ttl_s=g.result_ttl_s,
-        )
-    from rollgate.gateway.memory_queue import MemoryJobQueue
-
-    return MemoryJobQueue(max_queued_tasks=g.max_queued_tasks, visibility_timeout_s=g.visibility_timeout_s)
 
 
 def create_gateway_app(
@@ -129,8 +103,8 @@ def build_app(settings: Settings) -> FastAPI:
     metrics = Metrics()
     queue = make_queue(settings)
     forwarder = Forwarder(api_key=settings.api_key, timeout_s=settings.model.timeout_s + 30)
-    envs = {name: ReplicaSet(urls) for name, urls in settings.env_urls.items() if urls}
-    model = ReplicaSet([settings.model_url]) if settings.model_url else None
+    envs = {name: ReplicaSet(urls, what=f"env {name}") for name, urls in settings.env_urls.items() if urls}
+    model = ReplicaSet([settings.model_url], what="model") if settings.model_url else None
     if model is None:
         log.warning("no model_url set: /v1/responses and /v1/models answer 404")
     return create_gateway_app(

@@ -18,7 +18,7 @@ from fastapi.responses import StreamingResponse
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest
-from rollgate.gateway.queue import JobQueue, decode_record
+from rollgate.jobs.queue import JobQueue, decode_record
 
 HEARTBEAT_S = 10.0
 BATCH = 500

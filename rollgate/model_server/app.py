@@ -1,11 +1,14 @@
-"""The model server's HTTP face: POST /v1/responses (JSON or SSE), GET /v1/models, plus the
-shared /healthz and /metrics. Training mode per request: header `x-rollgate-training: 1` (or
+"""The model server's HTTP face: POST /v1/responses, /v1/chat/completions and /v1/messages (JSON
+or SSE), GET /v1/responses/{id}, GET /v1/models, the capture routes, plus the shared /healthz and
+/metrics. Every model route is served twice: at `/v1/...`, and at `/capture/{session}/v1/...`,
+which records the call's tokens to that capture session (the header `x-rollgate-session` does
+the same on the plain paths). Training mode per request: header `x-rollgate-training: 1` (or
 metadata {"rollgate_training": "true"}, handled by the service)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -17,34 +20,53 @@ from rollgate.core.app import FastJSONResponse, hot_route, make_app, parse_json
 from rollgate.core.errors import BadRequest
 from rollgate.core.metrics import Metrics
 from rollgate.model_server import sse
+from rollgate.model_server.capture import SESSION_HEADER, check_session
+from rollgate.model_server.dialects import chat_completions, messages
 from rollgate.model_server.service import TRUE, ModelService
 
 TRAINING_HEADER = "x-rollgate-training"
 _TRAINING_HEADER_RAW = TRAINING_HEADER.encode()
+_SESSION_HEADER_RAW = SESSION_HEADER.encode()
+CAPTURE_PREFIX = "/capture/{session}"
+# every model path, served at /v1/... and at /capture/{session}/v1/...
+POST_PATHS = ("/v1/responses", "/v1/chat/completions", "/v1/messages")
+GET_PATHS = ("/v1/models", "/v1/responses/{response_id}")
+CAPTURE_PATH = "/v1/captures/{session}"
 
 
 class EventStreamResponse(StreamingResponse):
-    """SSE of Responses events. However the response ends (done, client gone, send failed), the
-    event iterator is closed at once, so an abandoned generation leaves its batch slot now."""
+    """SSE. However the response ends (done, client gone, send failed), the chunk iterator is
+    closed at once, so an abandoned generation leaves its batch slot now."""
 
-    def __init__(self, events: AsyncIterator[dict[str, Any]]):
-        self.events = events
+    def __init__(self, chunks: AsyncIterator[bytes]):
+        self.chunks = chunks
         super().__init__(
-            self._encode(),
+            chunks,
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
         )
-
-    async def _encode(self) -> AsyncIterator[bytes]:
-        async for event in self.events:
-            yield sse.encode(event)
 
     async def stream_response(self, send: Send) -> None:
         try:
             await super().stream_response(send)
         finally:
             with anyio.CancelScope(shield=True):
-                await self.events.aclose()  # type: ignore[attr-defined]
+                await self.chunks.aclose()  # type: ignore[attr-defined]
+
+
+async def _encode(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    try:
+        async for event in events:
+            yield sse.encode(event)
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    return next((v.decode("latin-1") for k, v in headers if k == name), None)
+
+
+Dialect = tuple[Callable[..., Awaitable[dict[str, Any]]], Callable[..., Awaitable[AsyncIterator[bytes]]]]
 
 
 def create_model_app(service: ModelService, metrics: Metrics | None = None) -> FastAPI:
@@ -56,31 +78,66 @@ def create_model_app(service: ModelService, metrics: Metrics | None = None) -> F
     )
     app.state.service = service
 
-    async def create(params: dict[str, str], raw: bytes, headers: list[tuple[bytes, bytes]]) -> Response:
-        body = parse_json(raw, component="model")
-        training = (
-            next((v.decode("latin-1").lower() in TRUE for k, v in headers if k == _TRAINING_HEADER_RAW), False) or None
-        )
-        stream = isinstance(body, dict) and body.get("stream") is True
-        if not stream:
-            # Returning a Response skips FastAPI's jsonable_encoder walk over the reply.
-            return FastJSONResponse(await service.create(body, training=training))
-        if not isinstance(body, dict):
-            raise BadRequest("the request body must be a JSON object", component="model", field="body")
-        # Validation happens before the first byte, so its errors keep their HTTP status.
-        return EventStreamResponse(await service.stream(body, training=training))
+    async def responses_stream(body: Any, *, training: bool | None, session: str | None) -> AsyncIterator[bytes]:
+        return _encode(await service.stream(body, training=training, session=session))
 
-    # The hot route serves a standalone model server; the FastAPI route (the same handler) serves
-    # the gateway's embedded mount and documents the path in OpenAPI.
-    hot_route(app, "POST", "/v1/responses", create, with_headers=True)
+    dialects: dict[str, Dialect] = {
+        "/v1/responses": (service.create, responses_stream),
+        "/v1/chat/completions": (
+            lambda body, **kw: chat_completions.create(service, body, **kw),
+            lambda body, **kw: chat_completions.stream(service, body, **kw),
+        ),
+        "/v1/messages": (
+            lambda body, **kw: messages.create(service, body, **kw),
+            lambda body, **kw: messages.stream(service, body, **kw),
+        ),
+    }
 
-    @app.post("/v1/responses", tags=["model"])
-    async def responses(request: Request):
-        return await create({}, await request.body(), request.headers.raw)
+    def handler(path: str):
+        create, stream = dialects[path]
 
-    @app.get("/v1/models", tags=["model"])
+        async def handle(params: dict[str, str], raw: bytes, headers: list[tuple[bytes, bytes]]) -> Response:
+            body = parse_json(raw, component="model")
+            flag = _header(headers, _TRAINING_HEADER_RAW)
+            training = (flag is not None and flag.lower() in TRUE) or None
+            session = params.get("session") or _header(headers, _SESSION_HEADER_RAW)
+            if session is not None:
+                check_session(session, field="session" if "session" in params else SESSION_HEADER)
+            if not (isinstance(body, dict) and body.get("stream") is True):
+                # Returning a Response skips FastAPI's jsonable_encoder walk over the reply.
+                return FastJSONResponse(await create(body, training=training, session=session))
+            if not isinstance(body, dict):
+                raise BadRequest("the request body must be a JSON object", component="model", field="body")
+            # Validation happens before the first byte, so its errors keep their HTTP status.
+            return EventStreamResponse(await stream(body, training=training, session=session))
+
+        return handle
+
+    # Hot routes serve a standalone model server; the FastAPI routes (the same handlers) serve
+    # the gateway's embedded mount and document the paths in OpenAPI.
+    for path in POST_PATHS:
+        handle = handler(path)
+        for prefix in ("", CAPTURE_PREFIX):
+            hot_route(app, "POST", prefix + path, handle, with_headers=True)
+            app.add_api_route(prefix + path, _fastapi_post(handle), methods=["POST"], tags=["model"])
+
     async def models():
         return service.models()
+
+    async def retrieve(response_id: str):
+        return service.retrieve(response_id)
+
+    for prefix in ("", CAPTURE_PREFIX):
+        app.add_api_route(prefix + "/v1/models", models, methods=["GET"], tags=["model"])
+        app.add_api_route(prefix + "/v1/responses/{response_id}", retrieve, methods=["GET"], tags=["model"])
+
+    @app.get(CAPTURE_PATH, tags=["model"], summary="The tokens captured for one session")
+    async def captures(session: str):
+        return service.captures.get(session)
+
+    @app.delete(CAPTURE_PATH, tags=["model"], summary="Read and forget one capture session")
+    async def drop_captures(session: str):
+        return service.captures.pop(session)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -90,3 +147,10 @@ def create_model_app(service: ModelService, metrics: Metrics | None = None) -> F
     app.router.lifespan_context = lifespan
 
     return app
+
+
+def _fastapi_post(handle):
+    async def route(request: Request):
+        return await handle(dict(request.path_params), await request.body(), request.headers.raw)
+
+    return route

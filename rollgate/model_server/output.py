@@ -11,12 +11,12 @@ starts before the first tag comes first: a stream has announced it already (see 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollgate.core.schemas import new_id
 from rollgate.model_server.wire import ResponsesRequest
 
 THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
@@ -39,11 +39,6 @@ class Generation:
 
 # One encoder, built once: json.dumps with options builds a new one per call (a few us each).
 _ARGS_JSON = json.JSONEncoder(ensure_ascii=False)
-
-
-def new_id(prefix: str) -> str:
-    # 128 random bits as 32 hex digits, like uuid4().hex but without building a UUID (ids are opaque).
-    return f"{prefix}_{os.urandom(16).hex()}"
 
 
 def parse_text(text: str) -> list[dict[str, Any]]:

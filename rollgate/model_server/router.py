@@ -6,20 +6,17 @@ until a health check or a later request finds them alive again."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import time
 
 from rollgate.core.http import NO_RETRY, HttpClient
+from rollgate.core.replicas import ReplicaSet
 
 log = logging.getLogger("rollgate.model_server.router")
 
 
-def _weight(key: str, url: str) -> int:
-    return int.from_bytes(hashlib.blake2b(f"{key}|{url}".encode(), digest_size=8).digest(), "big")
-
-
 class ReplicaRouter:
+    """Model replicas by session key (rollgate.core.replicas), with HTTP clients and health checks."""
+
     def __init__(
         self,
         urls: list[str],
@@ -32,33 +29,28 @@ class ReplicaRouter:
     ):
         if not urls:
             raise ValueError("at least one upstream URL is needed (settings.model.upstream_urls)")
-        self.urls = [u.rstrip("/") for u in urls]
+        self.replicas = ReplicaSet(urls, what="model", down_for_s=max(health_interval_s, 1.0))
+        self.urls = self.replicas.urls
         self.clients = {
             u: HttpClient(u, component=component, timeout_s=timeout_s, retry=NO_RETRY, headers=headers)
             for u in self.urls
         }
         self.health_path = health_path
         self.health_interval_s = health_interval_s
-        self.down_until: dict[str, float] = {}
         self._health_task: asyncio.Task | None = None
 
     def order(self, key: str) -> list[str]:
         """Replicas to try for `key`: live ones by hash weight, then the ones marked down."""
-        ranked = sorted(self.urls, key=lambda u: _weight(key, u), reverse=True)
-        now = time.monotonic()
-        live = [u for u in ranked if self.down_until.get(u, 0.0) <= now]
-        return live + [u for u in ranked if u not in live]
+        return self.replicas.order(key)
 
     def mark_down(self, url: str) -> None:
-        log.warning("model replica %s is down; routing around it", url)
-        self.down_until[url] = time.monotonic() + max(self.health_interval_s, 1.0)
+        self.replicas.mark_down(url)
 
     def mark_up(self, url: str) -> None:
-        self.down_until.pop(url, None)
+        self.replicas.mark_up(url)
 
     def live(self) -> list[str]:
-        now = time.monotonic()
-        return [u for u in self.urls if self.down_until.get(u, 0.0) <= now]
+        return self.replicas.live()
 
     def start_health_checks(self) -> None:
         if self._health_task is None or self._health_task.done():
@@ -70,7 +62,7 @@ class ReplicaRouter:
                 await self.clients[url].request("GET", self.health_path, timeout_s=min(5.0, self.health_interval_s))
                 self.mark_up(url)
             except Exception:
-                self.down_until[url] = time.monotonic() + self.health_interval_s * 2
+                self.replicas.mark_down(url, for_s=self.health_interval_s * 2)
 
         await asyncio.gather(*(probe(u) for u in self.urls))
 

@@ -1,24 +1,27 @@
-"""The Responses service: validate the request, build the prompt (token-in/token-out when the
-history carries token ids), call the backend, and answer a Responses object, whole (`create`) or
-as stream events while it is generated (`stream`). HTTP-free, so the embedded shape calls it in
+"""The model service over one backend: validate a request, build the prompt (token-in/token-out
+when the history carries token ids, or when a capture session holds the previous call), call the
+backend and answer. Every API dialect goes through `prepare` and `complete` / `complete_stream`
+(see calls.py for the internal form); the Responses API, the form the others convert to, is
+answered here (`create`, `stream`, `retrieve`). HTTP-free, so the embedded shape calls it in
 process and the app only adds routes."""
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import hashlib
 import logging
-import time
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
 from typing import Any
 
-from rollgate.core.errors import BadRequest, NotFound, RollgateError
+from rollgate.core.errors import BadRequest, ContextExhausted, NotFound, RollgateError
 from rollgate.core.metrics import Metrics
 from rollgate.model_server import sse
 from rollgate.model_server.backend import Backend, CallContext, PassthroughBackend, SamplingParams
+from rollgate.model_server.calls import Call, Choice, apply_stop, forwarded, merge, refuse_text_format
+from rollgate.model_server.capture import CaptureStore
 from rollgate.model_server.chat import PromptBuilder, build_chat
-from rollgate.model_server.output import Generation, attach_tokens, build_response, new_id, parse_text
+from rollgate.model_server.output import Generation, attach_tokens, build_response, parse_text
+from rollgate.model_server.response_store import ResponseStore
 from rollgate.model_server.wire import COMPONENT, ResponsesRequest, parse_items, parse_request
 
 log = logging.getLogger("rollgate.model_server.service")
@@ -31,7 +34,7 @@ FALSE = {"", "0", "false", "no", "off"}
 
 
 class ModelService:
-    """A ResponsesService over one backend."""
+    """Every API dialect over one backend."""
 
     def __init__(
         self,
@@ -43,16 +46,20 @@ class ModelService:
         max_context_tokens: int | None = None,
         metrics: Metrics | None = None,
         aliases: tuple[str, ...] = (),
+        captures: CaptureStore | None = None,
+        responses: ResponseStore | None = None,
     ):
         self.backend = backend
         self.served_name = served_name
         self.model_names = {served_name, *aliases}
         self.default_max_output_tokens = default_max_output_tokens
         self.training_mode = training_mode
-        self.metrics = metrics
+        self.metrics = metrics if metrics is not None else Metrics.off()
         tokenizer = getattr(backend, "tokenizer", None)
         self.prompts = PromptBuilder(tokenizer) if tokenizer is not None else None
         self.max_context = max_context_tokens or getattr(backend, "max_context", None)
+        self.captures = captures if captures is not None else CaptureStore()
+        self.responses = responses if responses is not None else ResponseStore()
 
     def ready(self) -> bool:
         return self.backend.ready()
@@ -69,9 +76,24 @@ class ModelService:
             ],
         }
 
-    async def create(self, request: dict[str, Any], *, training: bool | None = None) -> dict[str, Any]:
+    @property
+    def forwards(self) -> bool:
+        return hasattr(self.backend, "forward")
+
+    # --- the Responses API ----------------------------------------------------------------------
+
+    async def create(
+        self, request: dict[str, Any], *, training: bool | None = None, session: str | None = None
+    ) -> dict[str, Any]:
         try:
-            out = await self._create(request, training)
+            if self.forwards and isinstance(request, dict):
+                self._validate(request)  # a hosted API handles previous_response_id and text.format
+                out = await self.backend.forward(request)  # type: ignore[union-attr]
+            else:
+                call = self.prepare(request, training=training, session=session)
+                [choice] = await self.complete(call, count=False)
+                out = self._respond(call, choice)
+                self._store(call, out)
         except RollgateError as exc:
             self._count("bad_request" if exc.status < 500 else "error")
             raise
@@ -81,27 +103,95 @@ class ModelService:
         self._count("ok")
         return out
 
-    async def stream(self, request: dict[str, Any], *, training: bool | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def stream(
+        self, request: dict[str, Any], *, training: bool | None = None, session: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """The Responses stream events of a request. The request is validated (and admitted) here,
         so its errors raise before the first event and keep their HTTP status; later failures
         become an `error` event. Closing the iterator early cancels the generation."""
+        if self.forwards or not hasattr(self.backend, "generate_stream"):
+            # no token stream here: generate first, then stream the complete response's events
+            return _iterate(sse.events(await self.create(request, training=training, session=session)))
         try:
-            req = self._validate(request)
-            if hasattr(self.backend, "forward") or not hasattr(self.backend, "generate_stream"):
-                # no token stream here: generate first, then stream the complete response's events
-                return _iterate(sse.events(await self._create(request, training)))
-            call = self._prepare(req, training)
-            check = getattr(self.backend, "check_capacity", None)
-            if check is not None:
-                check()
+            call = self.prepare(request, training=training, session=session)
+            self._check_capacity()
         except RollgateError as exc:
             self._count("bad_request" if exc.status < 500 else "error")
             raise
-        return self._stream(call)
+        return sse.stream_call(self, call)
+
+    def retrieve(self, response_id: str) -> dict[str, Any]:
+        return self.responses.get(response_id).response
+
+    # --- every dialect --------------------------------------------------------------------------
+
+    def prepare(
+        self,
+        body: dict[str, Any],
+        *,
+        training: bool | None = None,
+        session: str | None = None,
+        api: str = "responses",
+        n: int = 1,
+        stop: tuple[str, ...] = (),
+    ) -> Call:
+        """A Call from a Responses-shaped body (a dialect's request, converted)."""
+        req = self._validate(body)
+        if not self.forwards:
+            refuse_text_format(req, self.backend.name)
+        if isinstance(body, dict) and body.get("previous_response_id") is not None:
+            req = self._continue(req, body)
+        call = self._prepare(req, body, training, session)
+        call.api, call.n, call.stop = api, n, stop
+        return call
+
+    async def complete(self, call: Call, *, count: bool = True) -> list[Choice]:
+        try:
+            if self.forwards:
+                body = dict(call.body, model=call.req.model, stream=False)
+                outs = await asyncio.gather(*(self.backend.forward(body) for _ in range(call.n)))  # type: ignore[union-attr]
+                choices = [forwarded(out) for out in outs]
+            else:
+                gen = self.backend.generate  # type: ignore[union-attr]
+                if call.n == 1:  # the common case: no task per call (gather would make one)
+                    gens = [await gen(call.prompt_ids, call.params_for(0), call.ctx)]
+                else:
+                    gens = list(
+                        await asyncio.gather(
+                            *(gen(call.prompt_ids, call.params_for(i), call.ctx) for i in range(call.n))
+                        )
+                    )
+                choices = self._finish(call, gens)
+        except RollgateError as exc:
+            if count:
+                self._count("bad_request" if exc.status < 500 else "error")
+            raise
+        except Exception:
+            if count:
+                self._count("error")
+            raise
+        if count:
+            self._count("ok")
+        return choices
+
+    def complete_stream(self, call: Call) -> AsyncIterator[tuple[int, str | Choice]]:
+        """(choice index, text delta) as text is generated, then (index, Choice) per choice. A
+        backend that cannot stream, or stop sequences (found only in the whole text), answer the
+        Choices alone. Admission errors raise here, before the first piece."""
+        if self.forwards or not hasattr(self.backend, "generate_stream") or call.stop:
+            return self._whole(call)
+        self._check_capacity()
+        return self._pieces(call)
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _check_capacity(self) -> None:
+        check = getattr(self.backend, "check_capacity", None)
+        if check is not None:
+            check()
 
     def _count(self, status: str) -> None:
-        if self.metrics is not None:
-            self.metrics.model_requests.labels(self.backend.name, status).inc()
+        self.metrics.model_requests.labels(self.backend.name, status).inc()
 
     def _validate(self, body: dict[str, Any]) -> ResponsesRequest:
         req = parse_request(body)
@@ -113,15 +203,17 @@ class ModelService:
             )
         return req
 
-    async def _create(self, body: dict[str, Any], training: bool | None) -> dict[str, Any]:
-        req = self._validate(body)
-        if hasattr(self.backend, "forward"):
-            return await self.backend.forward(body)  # type: ignore[union-attr]
-        call = self._prepare(req, training)
-        gen = await self.backend.generate(call.prompt_ids, call.params, call.ctx)  # type: ignore[union-attr]
-        return self._respond(call, gen)
+    def _continue(self, req: ResponsesRequest, body: dict[str, Any]) -> ResponsesRequest:
+        """previous_response_id: the stored call's input and output come before this input."""
+        if not isinstance(body["previous_response_id"], str):
+            raise BadRequest(
+                "previous_response_id: must be a string", component=COMPONENT, field="previous_response_id"
+            )
+        prev = self.responses.get(body["previous_response_id"], field="previous_response_id")
+        new = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else list(req.input)
+        return req.model_copy(update={"input": [*prev.input, *prev.response["output"], *new]})
 
-    def _prepare(self, req: ResponsesRequest, training: bool | None) -> _Call:
+    def _prepare(self, req: ResponsesRequest, body: dict[str, Any], training: bool | None, session: str | None) -> Call:
         items = parse_items(req.input)
         raw_items = req.input if isinstance(req.input, list) else None
         meta = req.metadata or {}
@@ -136,48 +228,103 @@ class ModelService:
                 ) from None
         max_tokens = req.max_output_tokens or self.default_max_output_tokens
         prompt_ids: list[int] | None = None
+        chat = None
+        extends = None
         if self.prompts is not None:
             chat = build_chat(req, items, raw_items)
+            if session is not None:
+                anchor = self.captures.anchor(session, chat.messages, chat.tools)
+                if anchor is not None:
+                    extends = anchor.call
+                    if chat.anchor_message is None:  # echoed token ids win: they are the client's own
+                        chat.anchor_message, chat.anchor_ids = anchor.message, anchor.ids
             prompt_ids, _ = self.prompts.prompt_ids(chat)
             if self.max_context is not None:
                 room = self.max_context - len(prompt_ids)
                 if room <= 0:
-                    raise BadRequest(
+                    raise ContextExhausted(
                         f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.max_context}",
                         component=COMPONENT,
                         field="input",
                     )
                 max_tokens = min(max_tokens, room)
-        temperature = 1.0 if req.temperature is None else req.temperature
-        top_p = 1.0 if req.top_p is None else req.top_p
         params = SamplingParams(
             max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_p=1.0 if req.top_p is None else req.top_p,
             seed=seed,
             ignore_eos=_flag(meta, IGNORE_EOS_KEY, strict=True),
         )
-        ctx = CallContext(req, items, meta.get(SESSION_KEY) or _session_key(raw_items, req.input))
-        return _Call(req, prompt_ids, params, ctx, training)
+        ctx = CallContext(req, items, session or meta.get(SESSION_KEY) or _session_key(raw_items, req.input))
+        return Call(req, body, prompt_ids, params, ctx, training, chat=chat, session=session, extends=extends)
 
-    def _respond(
-        self, call: _Call, gen: Generation, *, response_id: str | None = None, created_at: int | None = None
-    ) -> dict[str, Any]:
-        output = parse_text(gen.text)
-        if call.training:
+    def _finish(self, call: Call, gens: list[Generation]) -> list[Choice]:
+        """Choices from generations: stop sequences applied, output parsed, tokens counted and
+        captured."""
+        choices = []
+        for gen in gens:
+            stop_seq = None
+            if call.stop:
+                gen, stop_seq = apply_stop(gen, call.stop, self.prompts.tokenizer if self.prompts else None)
+            choices.append(Choice(parse_text(gen.text), gen.finish_reason, gen, stop_seq))
+        self.metrics.model_tokens.labels("in").inc(len(gens[0].prompt_ids or call.prompt_ids or []) * len(gens))
+        self.metrics.model_tokens.labels("out").inc(sum(len(g.token_ids or []) for g in gens))
+        prompt = gens[0].prompt_ids or call.prompt_ids
+        if call.session is not None and call.chat is not None and prompt is not None:
+            self.captures.record(
+                call.session,
+                api=call.api,
+                model=call.req.model,
+                messages=call.chat.messages,
+                tools=call.chat.tools,
+                prompt_ids=prompt,
+                choices=[(c.items, c.gen) for c in choices if c.gen is not None and c.gen.token_ids is not None],
+                extends=call.extends,
+            )
+        return choices
+
+    async def _whole(self, call: Call) -> AsyncIterator[tuple[int, str | Choice]]:
+        for i, choice in enumerate(await self.complete(call)):
+            yield i, choice
+
+    async def _pieces(self, call: Call) -> AsyncIterator[tuple[int, str | Choice]]:
+        status = "cancelled"  # unless it gets to the end: the client went away
+        try:
+            streams = [
+                self.backend.generate_stream(call.prompt_ids, call.params_for(i), call.ctx) for i in range(call.n)
+            ]  # type: ignore[union-attr]
+            gens: list[Generation | None] = [None] * call.n
+            async for i, piece in merge(streams):
+                if isinstance(piece, str):
+                    yield i, piece
+                else:
+                    gens[i] = piece
+            if any(g is None for g in gens):
+                raise RuntimeError(f"backend {self.backend.name!r} ended its stream without a generation")
+            for i, choice in enumerate(self._finish(call, gens)):  # type: ignore[arg-type]
+                yield i, choice
+            status = "ok"
+        except RollgateError as exc:
+            status = "bad_request" if exc.status < 500 else "error"
+            raise
+        except Exception:
+            status = "error"
+            raise
+        finally:
+            self._count(status)
+
+    def _respond(self, call: Call, choice: Choice, *, response_id: str | None = None, created_at: int | None = None):
+        output = choice.items
+        gen = choice.gen
+        if call.training and gen is not None:
             attach_tokens(output, gen)
-        n_in = len(gen.prompt_ids or call.prompt_ids or [])
-        n_out = len(gen.token_ids or [])
-        if self.metrics is not None:
-            self.metrics.model_tokens.labels("in").inc(n_in)
-            self.metrics.model_tokens.labels("out").inc(n_out)
         return build_response(
             call.req,
             call.req.model,
             output,
-            input_tokens=n_in,
-            output_tokens=n_out,
-            finish_reason=gen.finish_reason,
+            input_tokens=len((gen.prompt_ids if gen else None) or call.prompt_ids or []),
+            output_tokens=len((gen.token_ids if gen else None) or []),
+            finish_reason=choice.finish_reason,
             temperature=call.params.temperature,
             top_p=call.params.top_p,
             max_output_tokens=call.req.max_output_tokens,
@@ -185,64 +332,13 @@ class ModelService:
             created_at=created_at,
         )
 
-    async def _stream(self, call: _Call) -> AsyncIterator[dict[str, Any]]:
-        writer = sse.StreamWriter()
-        response_id, created_at = new_id("resp"), int(time.time())
-        start = build_response(
-            call.req,
-            call.req.model,
-            [],
-            input_tokens=0,
-            output_tokens=0,
-            finish_reason="stop",
-            temperature=call.params.temperature,
-            top_p=call.params.top_p,
-            max_output_tokens=call.req.max_output_tokens,
-            response_id=response_id,
-            created_at=created_at,
+    def _store(self, call: Call, response: dict[str, Any]) -> None:
+        if (call.req.model_extra or {}).get("store", True) is False:
+            return
+        req_input = call.req.input
+        self.responses.put(
+            response, [{"role": "user", "content": req_input}] if isinstance(req_input, str) else req_input
         )
-        for event in writer.start(start):
-            yield event
-        status = "cancelled"  # unless it gets to the end: the client went away
-        try:
-            gen: Generation | None = None
-            pieces = self.backend.generate_stream(call.prompt_ids, call.params, call.ctx)  # type: ignore[union-attr]
-            async with contextlib.aclosing(pieces):
-                async for piece in pieces:
-                    if isinstance(piece, str):
-                        for event in writer.text(piece):
-                            yield event
-                    else:
-                        gen = piece
-            if gen is None:
-                raise RuntimeError(f"backend {self.backend.name!r} ended its stream without a generation")
-            response = self._respond(call, gen, response_id=response_id, created_at=created_at)
-            status = "ok"
-        except RollgateError as exc:
-            status = "bad_request" if exc.status < 500 else "error"
-            log.warning("stream %s failed: %s", response_id, exc)
-            yield writer.error(exc)
-            return
-        except Exception as exc:
-            status = "error"
-            log.exception("stream %s failed", response_id)
-            yield writer.error(exc)
-            return
-        finally:
-            self._count(status)
-        for event in writer.finish(response):
-            yield event
-
-
-@dataclass
-class _Call:
-    """A validated request, ready for the backend."""
-
-    req: ResponsesRequest
-    prompt_ids: list[int] | None
-    params: SamplingParams
-    ctx: CallContext
-    training: bool
 
 
 def _flag(meta: dict[str, str], key: str, *, strict: bool = False) -> bool:

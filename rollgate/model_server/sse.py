@@ -9,14 +9,17 @@ non-streaming call returns. `events(response)` streams a response that is alread
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import RollgateError
-from rollgate.model_server.output import new_id
+from rollgate.core.schemas import new_id
+from rollgate.model_server.output import build_response
 from rollgate.model_server.textstream import PlainTextGate
 
 log = logging.getLogger("rollgate.model_server.sse")
@@ -208,3 +211,48 @@ def events(response: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def encode(event: dict[str, Any]) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + jsonutil.dumps(event) + b"\n\n"
+
+
+async def stream_call(service: Any, call: Any) -> AsyncIterator[dict[str, Any]]:
+    """The Responses stream events of a prepared call on `service` (rollgate.model_server.service):
+    text deltas as the backend generates them, then the complete response (stored like `create`'s)."""
+    writer = StreamWriter()
+    response_id, created_at = new_id("resp"), int(time.time())
+    start = build_response(
+        call.req,
+        call.req.model,
+        [],
+        input_tokens=0,
+        output_tokens=0,
+        finish_reason="stop",
+        temperature=call.params.temperature,
+        top_p=call.params.top_p,
+        max_output_tokens=call.req.max_output_tokens,
+        response_id=response_id,
+        created_at=created_at,
+    )
+    for event in writer.start(start):
+        yield event
+    try:
+        choice = None  # the finished Choice (rollgate.model_server.calls), after the text deltas
+        pieces = service._pieces(call)
+        async with contextlib.aclosing(pieces):
+            async for _, piece in pieces:
+                if isinstance(piece, str):
+                    for event in writer.text(piece):
+                        yield event
+                else:
+                    choice = piece
+        assert choice is not None
+        response = service._respond(call, choice, response_id=response_id, created_at=created_at)
+        service._store(call, response)
+    except RollgateError as exc:
+        log.warning("stream %s failed: %s", response_id, exc)
+        yield writer.error(exc)
+        return
+    except Exception as exc:
+        log.exception("stream %s failed", response_id)
+        yield writer.error(exc)
+        return
+    for event in writer.finish(response):
+        yield event

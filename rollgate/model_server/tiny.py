@@ -15,6 +15,7 @@ import random
 import shutil
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,18 @@ REQUIRED_FILES = ("config.json", "tokenizer.json", "model.safetensors")
 # 2: head_dim 32 (vLLM's CPU attention has no kernel for head_dim 16).
 RECIPE_VERSION = 2
 STAMP = "rollgate_tiny.json"
+
+
+@dataclass(frozen=True)
+class TinyShape:
+    """The Qwen2 dimensions of a tiny model. The default is the embedded model; a learning recipe
+    asks for a larger one (rollgate.trainer_adapters.recipes) with the same tokenizer."""
+
+    hidden_size: int = 64
+    intermediate_size: int = 192
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 2
+    num_key_value_heads: int = 1
 
 
 def chat_template() -> str:
@@ -125,7 +138,9 @@ def _warm_up(model, hf, rng: random.Random, steps: int) -> float:
     return loss_value
 
 
-def build_tiny_model(out_dir: str | os.PathLike, seed: int = 0, *, warmup_steps: int = WARMUP_STEPS) -> Path:
+def build_tiny_model(
+    out_dir: str | os.PathLike, seed: int = 0, *, warmup_steps: int = WARMUP_STEPS, shape: TinyShape | None = None
+) -> Path:
     """Build the tiny model into `out_dir` (created; existing files are overwritten)."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
@@ -142,13 +157,10 @@ def build_tiny_model(out_dir: str | os.PathLike, seed: int = 0, *, warmup_steps:
     corpus = [_render(bootstrap, *transcript(rng)) for _ in range(1500)]
     hf = _train_tokenizer(corpus)
     eos = hf.convert_tokens_to_ids(IM_END)
+    shape = shape or TinyShape()
     config = Qwen2Config(
         vocab_size=len(hf),
-        hidden_size=64,
-        intermediate_size=192,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
+        **asdict(shape),
         max_position_embeddings=CONTEXT,
         rope_theta=10000.0,
         tie_word_embeddings=True,
@@ -171,11 +183,24 @@ def build_tiny_model(out_dir: str | os.PathLike, seed: int = 0, *, warmup_steps:
     model.save_pretrained(out)
     hf.save_pretrained(out)
     _portable_tokenizer_config(out)
-    (out / STAMP).write_text(json.dumps({"recipe": RECIPE_VERSION, "seed": seed, "warmup_steps": warmup_steps}) + "\n")
+    (out / STAMP).write_text(
+        json.dumps({"recipe": RECIPE_VERSION, "seed": seed, "warmup_steps": warmup_steps, "shape": asdict(shape)})
+        + "\n"
+    )
+    make_world_readable(out)
     log.info(
         "built tiny model in %s (seed %d, warm-up loss %.3f, %.1fs)", out, seed, loss, time.perf_counter() - started
     )
     return out
+
+
+def make_world_readable(out: Path) -> None:
+    """Files 0644, directories 0755. A model holds no secret, and the service that loads it often
+    runs as another user than the one that built it (a container image built as root, run as an
+    unprivileged uid); safetensors writes its file 0600 and mkdtemp makes the directory 0700."""
+    out.chmod(0o755)
+    for path in out.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def _portable_tokenizer_config(out: Path) -> None:

@@ -11,7 +11,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rollgate.core.errors import BadRequest
 
 COMPONENT = "model"
-TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 
 
 class _Item(BaseModel):

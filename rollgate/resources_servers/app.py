@@ -1,4 +1,4 @@
-"""HTTP face of a resources server (DESIGN.md "Resources server"), plus NeMo Gym's routes.
+"""HTTP face of a resources server (docs/architecture.md "Contracts"), plus NeMo Gym's routes.
 
 Native routes: GET /tools, POST /sessions, POST /sessions/{id}/tools/{name},
 POST /sessions/{id}/verify, DELETE /sessions/{id}.
@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from rollgate.core.app import FastJSONResponse, hot_route, make_app, parse_json, read_json
 from rollgate.core.errors import BadRequest
+from rollgate.core.items import response_text
 from rollgate.core.schemas import SeedResponse, ToolOutput, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import EnvRuntime
 
@@ -38,7 +39,7 @@ class NativeHandlers:
         self.comp = runtime.component
 
     async def seed(self, params: dict[str, str], raw: bytes) -> Response:
-        return _json(await self.runtime.seed(parse_json(raw, component=self.comp)))
+        return _json(await self.runtime.seed(self.runtime.parse(parse_json(raw, component=self.comp))))
 
     async def call_tool(self, params: dict[str, str], raw: bytes) -> Response:
         body = parse_json(raw, component=self.comp)
@@ -115,20 +116,6 @@ def _compat_session(request: Request, comp: str) -> str:
     return sid
 
 
-def _compat_response_text(body: dict[str, Any]) -> str:
-    """The final text of a NeMo Gym verify body: `response.output[*]` message items."""
-    response = body.get("response")
-    if isinstance(response, str):
-        return response
-    texts: list[str] = []
-    for item in (response or {}).get("output", []) if isinstance(response, dict) else []:
-        if item.get("type") == "message":
-            for c in item.get("content", []):
-                if isinstance(c, dict) and c.get("type") in ("output_text", "text"):
-                    texts.append(c.get("text", ""))
-    return "".join(texts)
-
-
 def nemo_gym_router(runtime: EnvRuntime, r: APIRouter | None = None) -> APIRouter:
     r = r if r is not None else APIRouter()
     comp = runtime.component
@@ -140,7 +127,7 @@ def nemo_gym_router(runtime: EnvRuntime, r: APIRouter | None = None) -> APIRoute
         if not isinstance(body, dict):
             raise BadRequest("body must be a JSON object", component=comp, field="body")
         body.setdefault("responses_create_params", {"input": []})
-        seeded = await runtime.seed(body)
+        seeded = await runtime.seed(runtime.parse(body))
         response.set_cookie(SESSION_COOKIE, seeded.session_id, httponly=True, samesite="strict")
         return seeded.model_dump()
 
@@ -149,7 +136,7 @@ def nemo_gym_router(runtime: EnvRuntime, r: APIRouter | None = None) -> APIRoute
         body = await read_json(request, component=comp)
         if not isinstance(body, dict):
             raise BadRequest("body must be a JSON object", component=comp, field="body")
-        req = VerifyRequest(response=_compat_response_text(body))
+        req = VerifyRequest(response=response_text(body.get("response")))
         sid = request.headers.get("x-session-id") or request.cookies.get(SESSION_COOKIE)
         if sid:
             result = await runtime.verify(sid, req)
@@ -157,7 +144,7 @@ def nemo_gym_router(runtime: EnvRuntime, r: APIRouter | None = None) -> APIRoute
             # Stateless NeMo Gym verify: the row's fields come with the request.
             row = {k: v for k, v in body.items() if k != "response"}
             row.setdefault("responses_create_params", {"input": []})
-            seeded = await runtime.seed(row)
+            seeded = await runtime.seed(runtime.parse(row))
             try:
                 result = await runtime.verify(seeded.session_id, req)
             finally:

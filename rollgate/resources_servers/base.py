@@ -27,8 +27,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest, NotFound
-from rollgate.core.items import message_text
+from rollgate.core.items import last_assistant_text
 from rollgate.core.metrics import Metrics
+from rollgate.core.rows import parse_row
 from rollgate.core.schemas import SeedResponse, TaskRow, ToolOutput, VerifyRequest, VerifyResult
 from rollgate.core.session_store import SessionStore
 
@@ -166,10 +167,7 @@ def final_response_text(request: VerifyRequest) -> str:
     """The agent's final answer: `response`, else the last assistant message of the transcript."""
     if request.response is not None:
         return request.response
-    for item in reversed(request.transcript or []):
-        if item.get("type", "message") == "message" and item.get("role") == "assistant":
-            return message_text(item)
-    return ""
+    return last_assistant_text(request.transcript or [])
 
 
 class EnvRuntime:
@@ -181,7 +179,7 @@ class EnvRuntime:
     def __init__(self, env: Environment, store: SessionStore, *, metrics: Metrics | None = None):
         self.env = env
         self.store = store
-        self._tool_counter = metrics.tool_calls if metrics is not None else None
+        self._tool_counter = (metrics if metrics is not None else Metrics.off()).tool_calls
         self.specs = env.tool_specs()
         self._schemas = env.tool_schemas()
 
@@ -192,22 +190,15 @@ class EnvRuntime:
     def tools(self) -> list[dict[str, Any]]:
         return self._schemas
 
-    def parse_task(self, row: dict[str, Any] | TaskRow) -> TaskRow:
-        if isinstance(row, TaskRow):
-            return row
-        if not isinstance(row, dict):
-            raise BadRequest("a task row must be a JSON object", component=self.component, field="body")
-        try:
-            return TaskRow.model_validate(row)
-        except ValidationError as exc:
-            e = exc.errors()[0]
-            field = ".".join(str(x) for x in e.get("loc", ())) or "body"
-            raise BadRequest(
-                f"malformed task row: {field}: {e.get('msg')}", component=self.component, field=field
-            ) from None
+    def parse(self, raw: Any) -> TaskRow:
+        """A seed route's body as a task row: this server is an edge (rollgate.core.rows)."""
+        return parse_row(raw, env=self.name, component=self.component).row
 
-    async def seed(self, row: dict[str, Any] | TaskRow) -> SeedResponse:
-        task = self.parse_task(row)
+    async def seed(self, task: TaskRow | dict[str, Any]) -> SeedResponse:
+        """Start a session. A raw row is parsed here (a direct caller is an edge); the agent's
+        in-process client passes the TaskRow it parsed, which is not validated again."""
+        if not isinstance(task, TaskRow):
+            task = self.parse(task)
         if task.env is not None and task.env != self.name:
             raise BadRequest(
                 f"task is for environment {task.env!r}, this server runs {self.name!r}",
@@ -227,8 +218,7 @@ class EnvRuntime:
 
     async def call_tool(self, session_id: str, name: str, arguments: dict[str, Any] | str | None) -> ToolOutput:
         out = await self._call_tool(session_id, name, arguments)
-        if self._tool_counter is not None:
-            self._tool_counter.labels(self.name, name, "error" if out.is_error else "ok").inc()
+        self._tool_counter.labels(self.name, name, "error" if out.is_error else "ok").inc()
         return out
 
     async def _call_tool(self, session_id: str, name: str, arguments: dict[str, Any] | str | None) -> ToolOutput:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from rollgate.core.http import HttpClient, RetryPolicy
-from rollgate.core.schemas import SeedResponse, ToolOutput, VerifyRequest, VerifyResult
+from rollgate.core.schemas import SeedResponse, TaskRow, ToolOutput, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import EnvRuntime
 
 
@@ -13,7 +13,7 @@ class EnvClient(Protocol):
     name: str
 
     async def tools(self) -> list[dict[str, Any]]: ...
-    async def seed(self, row: dict[str, Any], *, timeout_s: float | None = None) -> SeedResponse: ...
+    async def seed(self, task: TaskRow, *, timeout_s: float | None = None) -> SeedResponse: ...
     async def call_tool(
         self, session_id: str, name: str, arguments: Any, *, timeout_s: float | None = None
     ) -> ToolOutput: ...
@@ -33,8 +33,8 @@ class LocalEnvClient:
     async def tools(self) -> list[dict[str, Any]]:
         return self.runtime.tools()
 
-    async def seed(self, row, *, timeout_s=None) -> SeedResponse:
-        return await self.runtime.seed(row)
+    async def seed(self, task, *, timeout_s=None) -> SeedResponse:
+        return await self.runtime.seed(task)
 
     async def call_tool(self, session_id, name, arguments, *, timeout_s=None) -> ToolOutput:
         return await self.runtime.call_tool(session_id, name, arguments)
@@ -67,8 +67,9 @@ class HttpEnvClient:
             self._tools = await self.http.request("GET", "/tools", idempotent=True)
         return self._tools
 
-    async def seed(self, row, *, timeout_s=None) -> SeedResponse:
-        return SeedResponse.model_validate(await self.http.request("POST", "/sessions", row, timeout_s=timeout_s))
+    async def seed(self, task, *, timeout_s=None) -> SeedResponse:
+        body = await self.http.request("POST", "/sessions", task.row(), timeout_s=timeout_s)
+        return SeedResponse.model_validate(body)
 
     async def call_tool(self, session_id, name, arguments, *, timeout_s=None) -> ToolOutput:
         body = await self.http.request(

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 
+from rollgate.core.app import make_app
+from rollgate.core.errors import NotFound
 from rollgate.core.metrics import Metrics
 from rollgate.core.session_store import MemorySessionStore, RedisSessionStore, SessionStore
 from rollgate.core.settings import Settings
-from rollgate.resources_servers.app import create_resources_app
+from rollgate.resources_servers.app import create_resources_app, env_router, nemo_gym_router
 from rollgate.resources_servers.base import EnvRuntime
-from rollgate.resources_servers.registry import load_env
+from rollgate.resources_servers.registry import load_env, resolve_envs
 
 
 def make_store(settings: Settings, env_name: str) -> SessionStore:
@@ -31,6 +33,8 @@ def env_options(settings: Settings, env_name: str, metrics: Metrics | None = Non
             "provider": sb.provider,
             "metrics": metrics,
             **({"pool_size": sb.pool_size} if sb.pool_size else {}),
+            **({"url": sb.url, "token": sb.token} if sb.provider == "remote" else {}),
+            "allow_unisolated": sb.allow_unisolated,
             **sb.options,
         }
     return {}
@@ -41,7 +45,19 @@ def make_runtime(settings: Settings, env_name: str, metrics: Metrics | None = No
     return EnvRuntime(env, make_store(settings, env_name), metrics=metrics)
 
 
+def expand_envs(spec: str) -> list[str]:
+    """`--env` of role resources: a name, a comma-separated list, or a pattern over the registry
+    ("reasoning_gym/*": a whole family in one service, as core/topology.py deploys families)."""
+    names = resolve_envs([p.strip() for p in spec.split(",") if p.strip()])
+    if not names:
+        raise NotFound("--env names no environment", component="resources", field="env")
+    return names
+
+
 def build_app(settings: Settings, env_name: str) -> FastAPI:
+    names = expand_envs(env_name)
+    if len(names) > 1 or names[0] != env_name:
+        return build_multi_app(settings, names, title=env_name)
     metrics = Metrics()
     runtime = make_runtime(settings, env_name, metrics)
     app = create_resources_app(runtime, registry=metrics.registry)
@@ -49,5 +65,29 @@ def build_app(settings: Settings, env_name: str) -> FastAPI:
     @app.on_event("shutdown")
     async def _close_store() -> None:
         await runtime.store.close()
+
+    return app
+
+
+def build_multi_app(settings: Settings, names: list[str], *, title: str) -> FastAPI:
+    """One resources service for several environments, each under /envs/<name> (the gateway's
+    paths), so a family of a hundred datasets is one process, not a hundred."""
+    metrics = Metrics()
+    runtimes = {name: make_runtime(settings, name, metrics) for name in names}
+    app = make_app(f"Rollgate resources server: {title}", component="resources", registry=metrics.registry)
+    for name, runtime in runtimes.items():
+        router = APIRouter(prefix=f"/envs/{name}")
+        env_router(runtime, router)
+        nemo_gym_router(runtime, router)
+        app.include_router(router)
+
+    @app.get("/envs", tags=["envs"], summary="The environments this service serves")
+    async def served() -> list[str]:
+        return list(runtimes)
+
+    @app.on_event("shutdown")
+    async def _close_stores() -> None:
+        for runtime in runtimes.values():
+            await runtime.store.close()
 
     return app

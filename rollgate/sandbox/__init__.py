@@ -1,5 +1,6 @@
 """Isolated code execution: one small interface (`Sandbox`, `SandboxProvider`) and providers
-`local` (namespaced processes, the default), `docker` and `kubernetes`, plus a warm pool.
+`local` (namespaced processes, the default), `docker`, `kubernetes` and `remote` (a sandbox
+service, `rollgate serve --role sandbox`), plus a warm pool.
 
     provider = make_provider("local")              # or "docker", "kubernetes"; pool_size=N for a warm pool
     sandbox = await provider.create()
@@ -16,7 +17,7 @@ from rollgate.core.metrics import Metrics
 from rollgate.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxLimits, SandboxProvider
 from rollgate.sandbox.isolation import doctor_check
 
-PROVIDERS = ("local", "docker", "kubernetes")
+PROVIDERS = ("local", "docker", "kubernetes", "remote")
 
 
 def make_provider(
@@ -30,6 +31,8 @@ def make_provider(
         from rollgate.sandbox.docker import DockerProvider as cls  # type: ignore[assignment]
     elif kind == "kubernetes":
         from rollgate.sandbox.kubernetes import KubernetesProvider as cls  # type: ignore[assignment]
+    elif kind == "remote":
+        from rollgate.sandbox.remote import RemoteProvider as cls  # type: ignore[assignment]
     else:
         raise BadRequest(
             f"unknown sandbox provider {kind!r}; known: {', '.join(PROVIDERS)}", component="sandbox", field="provider"
@@ -47,6 +50,28 @@ def make_provider(
     return provider
 
 
+def check_isolation(
+    provider: SandboxProvider, *, allow_unisolated: bool = False, user: str = "the code environment"
+) -> None:
+    """Refuse a provider that cannot isolate model-written code, unless explicitly allowed.
+
+    The error says why (what the host lacks) and how to fix it; with `allow_unisolated` the
+    provider's own start-up warning is all that remains."""
+    caps = provider.capabilities()
+    if caps.get("network_isolated") is not False or allow_unisolated:
+        return
+    raise SandboxError(
+        f"{user} will not run model-written code unisolated: the {provider.name} sandbox provider cannot "
+        f"isolate it on this host ({caps.get('detail', 'no namespaces')}), so the code could reach the network "
+        "(Redis, the other services) and every file this service can read. Fix one of: run where namespaces are "
+        "allowed (as root, or with unprivileged user namespaces enabled); use a provider that isolates "
+        "(sandbox.provider: remote with a sandbox service, docker or kubernetes; see docs/sandbox.md); or, where "
+        "exposing this machine is acceptable, set sandbox.allow_unisolated: true "
+        "(ROLLGATE_SANDBOX__ALLOW_UNISOLATED=true).",
+        field="sandbox.allow_unisolated",
+    )
+
+
 __all__ = [
     "ExecResult",
     "PROVIDERS",
@@ -54,6 +79,7 @@ __all__ = [
     "SandboxError",
     "SandboxLimits",
     "SandboxProvider",
+    "check_isolation",
     "doctor_check",
     "make_provider",
 ]

@@ -13,7 +13,7 @@ from typing import Any
 
 from rollgate.core.metrics import Metrics
 from rollgate.sandbox.base import SandboxLimits
-from rollgate.sandbox.remote import WORKDIR, CliSandbox, run_engine
+from rollgate.sandbox.engine import WORKDIR, CliSandbox, run_engine
 
 
 class DockerProvider:

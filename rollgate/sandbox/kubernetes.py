@@ -17,7 +17,7 @@ from typing import Any
 
 from rollgate.core.metrics import Metrics
 from rollgate.sandbox.base import SandboxLimits
-from rollgate.sandbox.remote import WORKDIR, CliSandbox, run_engine
+from rollgate.sandbox.engine import WORKDIR, CliSandbox, run_engine
 
 SANDBOX_LABEL = "rollgate.io/sandbox"
 POLICY_NAME = "rollgate-sandbox-deny-all"

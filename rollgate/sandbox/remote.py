@@ -1,67 +1,35 @@
-"""A sandbox that lives in a container engine and is driven through its CLI (`docker exec`,
-`kubectl exec`). The Docker and Kubernetes providers differ only in how a sandbox is created,
-entered and removed; everything after that is here."""
+"""The remote provider: sandboxes of a sandbox service (`rollgate serve --role sandbox`, see
+service.py) over its authenticated HTTP API. The code environment uses it where its own process
+cannot isolate code (an unprivileged container) and a dedicated sandbox service can.
+
+Before the first sandbox, the provider asks the service what it isolates and refuses an
+unisolated service unless `allow_unisolated` is set, like the local provider.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import base64
-import binascii
-import logging
-import shlex
 from collections.abc import Sequence
+from typing import Any
+
+import httpx
 
 from rollgate.core.metrics import Metrics
-from rollgate.sandbox.base import ExecResult, SandboxError, SandboxLimits, as_bytes, check_exec_args
-from rollgate.sandbox.files import relative_parts
-from rollgate.sandbox.process import run_bounded
+from rollgate.sandbox.base import ExecResult, SandboxError, as_bytes, check_exec_args
 
-log = logging.getLogger(__name__)
-
-WORKDIR = "/work"
-CODE_FILE = "_rollgate_exec.py"
-# Engine round trips (exec setup, image pulls are not counted: the sandbox already runs).
-_ENGINE_SLACK_S = 15.0
+_SLACK_S = 15.0  # HTTP round trip and the service's own kill / sweep after the wall clock
 
 
-def container_path(path: str) -> str:
-    """The absolute in-container path of a work-dir-relative `path` (same rules as the local provider)."""
-    return WORKDIR + "/" + "/".join(relative_parts(path))
-
-
-async def run_engine(argv: Sequence[str], *, stdin: bytes = b"", timeout_s: float = 120.0, what: str) -> ExecResult:
-    """Run an engine command (create, delete, apply) whose failure is a SandboxError."""
-    try:
-        r = await run_bounded(argv, stdin=stdin, timeout_s=timeout_s, max_output_bytes=64 * 1024)
-    except FileNotFoundError as exc:
-        raise SandboxError(f"{what}: {argv[0]!r} not found on PATH ({exc})") from None
-    if not r.ok:
-        raise SandboxError(f"{what} failed ({r.summary()}): {r.stderr.strip()[-500:]}")
-    return r
-
-
-class CliSandbox:
-    """`exec_prefix` enters the sandbox (e.g. `docker exec -i -w /work NAME`); `destroy_argv` removes it."""
-
-    def __init__(
-        self,
-        sandbox_id: str,
-        exec_prefix: list[str],
-        destroy_argv: list[str],
-        limits: SandboxLimits,
-        metrics: Metrics | None = None,
-        python: str = "python3",
-    ):
+class RemoteSandbox:
+    def __init__(self, provider: RemoteProvider, sandbox_id: str, workdir: str | None):
         self.id = sandbox_id
-        self.exec_prefix = exec_prefix
-        self.destroy_argv = destroy_argv
-        self.limits = limits
-        self.metrics = metrics
-        self.python = python
+        self.workdir = workdir  # the service's path, for messages and tests only
+        self.provider = provider
         self._destroyed = False
 
-    def exec_argv(self, cmd: Sequence[str], timeout_s: float) -> list[str]:
-        # `timeout -s KILL` inside the sandbox bounds the run even if the engine connection drops.
-        return [*self.exec_prefix, "timeout", "-s", "KILL", f"{timeout_s:g}s", *cmd]
+    def _path(self, suffix: str = "") -> str:
+        return f"/v1/sandboxes/{self.id}{suffix}"
 
     async def exec(
         self,
@@ -74,51 +42,112 @@ class CliSandbox:
         check_exec_args(cmd, code)
         if self._destroyed:
             raise SandboxError(f"sandbox {self.id} was destroyed", field="sandbox")
-        timeout = timeout_s or self.limits.timeout_s
-        if code is not None:
-            await self.write_file(CODE_FILE, code)
-            cmd = [self.python, "-E", "-s", "-B", CODE_FILE]
-        r = await run_bounded(
-            self.exec_argv(list(cmd), timeout),
-            stdin=as_bytes(stdin),  # type: ignore[arg-type]
-            timeout_s=timeout + _ENGINE_SLACK_S,
-            max_output_bytes=self.limits.max_output_bytes,
-        )
-        if r.exit_code == 137 and r.duration_s >= timeout:  # `timeout -s KILL` fired inside
-            r = r.model_copy(update={"exit_code": None, "timed_out": True, "killed_by": "timeout"})
-        # Processes the run left behind (daemons) die now; the container's PID 1 is immune.
-        await run_bounded([*self.exec_prefix, "kill", "-9", "-1"], timeout_s=_ENGINE_SLACK_S, max_output_bytes=4096)
-        if self.metrics is not None:
-            self.metrics.sandbox_execs.labels(result=r.label).inc()
-        return r
+        body: dict[str, Any] = {"cmd": list(cmd) if cmd is not None else None, "code": code, "timeout_s": timeout_s}
+        body["stdin_b64"] = base64.b64encode(as_bytes(stdin)).decode()
+        wait = (timeout_s or self.provider.exec_timeout_s) + _SLACK_S
+        resp = await self.provider.request("POST", self._path("/exec"), json=body, timeout=wait)
+        result = ExecResult.model_validate(resp.json())
+        if self.provider.metrics is not None:
+            self.provider.metrics.sandbox_execs.labels(result=result.label).inc()
+        return result
 
     async def write_file(self, path: str, data: str | bytes) -> None:
-        payload = as_bytes(data)
-        if len(payload) > self.limits.max_file_bytes:
-            raise SandboxError(f"file {path!r} is larger than {self.limits.max_file_bytes} bytes", field="data")
-        target = container_path(path)
-        script = f'mkdir -p "$(dirname {shlex.quote(target)})" && cat > {shlex.quote(target)}'
-        await run_engine([*self.exec_prefix, "sh", "-c", script], stdin=payload, what=f"write {path}")
+        await self.provider.request("PUT", self._path("/files"), params={"path": path}, content=as_bytes(data))
 
     async def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
-        cap = max_bytes or self.limits.max_file_bytes
-        # base64: the captured stdout is text, the file may not be.
-        script = f"head -c {cap} -- {shlex.quote(container_path(path))} | base64 -w0"
-        r = await run_bounded(
-            [*self.exec_prefix, "sh", "-c", script], timeout_s=_ENGINE_SLACK_S, max_output_bytes=cap * 4 // 3 + 16
-        )
-        if not r.ok or r.stderr.strip():
-            raise SandboxError(f"cannot read {path!r}: {r.stderr.strip()[-300:]}", field="path")
-        try:
-            return base64.b64decode(r.stdout, validate=True)
-        except binascii.Error as exc:
-            raise SandboxError(f"cannot read {path!r}: garbled transfer ({exc})", field="path") from None
+        params: dict[str, Any] = {"path": path}
+        if max_bytes:
+            params["max_bytes"] = max_bytes
+        return (await self.provider.request("GET", self._path("/files"), params=params)).content
 
     async def destroy(self) -> None:
         if self._destroyed:
             return
         self._destroyed = True
+        await self.provider.request("DELETE", self._path(), ok_missing=True)
+
+
+class RemoteProvider:
+    """Options: `url` (the sandbox service), `token` (its bearer token), `allow_unisolated`,
+    `exec_timeout_s` (the default wall clock the service applies, for the HTTP timeout), `metrics`."""
+
+    name = "remote"
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        allow_unisolated: bool = False,
+        exec_timeout_s: float = 10.0,
+        connect_timeout_s: float = 5.0,
+        metrics: Metrics | None = None,
+    ):
+        if not url:
+            raise SandboxError(
+                "the remote sandbox provider needs the sandbox service's URL: set sandbox.url (ROLLGATE_SANDBOX__URL)",
+                field="sandbox.url",
+            )
+        if not token:
+            raise SandboxError(
+                "the remote sandbox provider needs the sandbox service's token: set sandbox.token "
+                "(ROLLGATE_SANDBOX__TOKEN)",
+                field="sandbox.token",
+            )
+        self.url = url.rstrip("/")
+        self.allow_unisolated = allow_unisolated
+        self.exec_timeout_s = exec_timeout_s
+        self.metrics = metrics
+        self._client = httpx.AsyncClient(
+            base_url=self.url,
+            headers={"authorization": f"Bearer {token}"},
+            timeout=httpx.Timeout(60.0, connect=connect_timeout_s),
+        )
+        self._remote_caps: dict[str, Any] | None = None
+        self._checked = asyncio.Lock()
+
+    def capabilities(self) -> dict[str, Any]:
+        # Isolation is the service's: it refuses to start unisolated, and create() checks again.
+        caps = self._remote_caps or {}
+        return {**caps, "provider": self.name, "url": self.url, "network_isolated": caps.get("isolated", "remote")}
+
+    async def request(self, method: str, path: str, *, ok_missing: bool = False, **kw: Any) -> httpx.Response:
         try:
-            await run_engine(self.destroy_argv, what=f"remove sandbox {self.id}")
-        except SandboxError as exc:
-            log.warning("sandbox %s not removed: %s", self.id, exc)
+            resp = await self._client.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            raise SandboxError(f"sandbox service at {self.url} unreachable: {type(exc).__name__}: {exc}") from None
+        if resp.status_code == 404 and ok_missing:
+            return resp
+        if resp.status_code >= 400:
+            try:
+                err = resp.json().get("error", {})
+                message, field = err.get("message", resp.text[:300]), err.get("field")
+            except ValueError:
+                message, field = resp.text[:300], None
+            if resp.status_code == 401:
+                message += " (sandbox.token must match the sandbox service's token)"
+            raise SandboxError(f"sandbox service answered {resp.status_code}: {message}", field=field)
+        return resp
+
+    async def check(self) -> dict[str, Any]:
+        """The service's capabilities; refuses an unisolated service unless allowed."""
+        async with self._checked:
+            if self._remote_caps is None:
+                caps = (await self.request("GET", "/v1/capabilities")).json()
+                if not caps.get("isolated") and not self.allow_unisolated:
+                    raise SandboxError(
+                        f"the sandbox service at {self.url} cannot isolate code ({caps.get('detail', 'no detail')}); "
+                        "run it where namespaces are allowed, or set sandbox.allow_unisolated: true to accept "
+                        "running model code unisolated",
+                        field="sandbox.allow_unisolated",
+                    )
+                self._remote_caps = caps
+            return self._remote_caps
+
+    async def create(self) -> RemoteSandbox:
+        await self.check()
+        body = (await self.request("POST", "/v1/sandboxes")).json()
+        return RemoteSandbox(self, body["id"], body.get("workdir"))
+
+    async def close(self) -> None:
+        await self._client.aclose()

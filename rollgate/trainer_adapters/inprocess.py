@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rollgate.core.schemas import Trajectory
-from rollgate.core.session_store import MemorySessionStore
-from rollgate.core.settings import AgentSettings
+from rollgate.core.settings import AgentSettings, Settings
 from rollgate.trainer_adapters.rollouts import AgentRollouts
 from rollgate.trainer_adapters.trl import RollgateRolloutFunc, TaskIndex
 
@@ -31,19 +30,19 @@ class InProcessRollgate:
         envs: Sequence[str],
         *,
         agent_settings: AgentSettings | None = None,
+        settings: Settings | None = None,
         served_name: str = "policy",
         concurrency: int = 64,
         max_batch_size: int = 64,
         weight_version: str = "step-0",
     ):
-        from rollgate.agent_server.agent import Agent
-        from rollgate.model_server.client import LocalModelClient
         from rollgate.model_server.local import LocalBackend
         from rollgate.model_server.service import ModelService
-        from rollgate.resources_servers.base import EnvRuntime
-        from rollgate.resources_servers.client import LocalEnvClient
-        from rollgate.resources_servers.registry import load_env
+        from rollgate.stack import local_stack
 
+        settings = settings if settings is not None else Settings()
+        if agent_settings is not None:
+            settings = settings.model_copy(update={"agent": agent_settings})
         self.model = model
         was_training = model.training
         self.backend = LocalBackend.from_model(
@@ -51,10 +50,9 @@ class InProcessRollgate:
         )
         model.train(was_training)  # the backend switches to eval; the trainer owns the mode
         self.service = ModelService(self.backend, served_name=served_name, training_mode=True)
-        env_clients = {name: LocalEnvClient(EnvRuntime(load_env(name), MemorySessionStore())) for name in envs}
-        self.agent = Agent(
-            LocalModelClient(self.service), env_clients, agent_settings or AgentSettings(), model_name=served_name
-        )
+        # The one composition root: environments get their settings (e.g. the code sandbox's).
+        self.stack = local_stack(settings, service=self.service, envs=envs)
+        self.agent = self.stack.agent
         self.rollouts = AgentRollouts(self.agent, concurrency=concurrency)
 
     @property
@@ -77,7 +75,7 @@ class InProcessRollgate:
             self.model.train(was_training)
 
     async def aclose(self) -> None:
-        await self.service.aclose()
+        await self.stack.aclose()
 
     def rollout_func(self, rows: Sequence[dict[str, Any]], **kwargs: Any) -> RollgateRolloutFunc:
         """The GRPOTrainer rollout_func over `rows`; `func.tasks.dataset()` is the train_dataset."""

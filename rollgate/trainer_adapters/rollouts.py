@@ -13,9 +13,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from rollgate.core import jsonutil
+from rollgate.agent_server.agent import RunContext
 from rollgate.core.errors import ProtocolError
-from rollgate.core.schemas import ErrorInfo, FailureRecord, Outcome, PolicyRef, TaskRef, TaskRow, Trajectory
+from rollgate.core.rows import Task, group_id, parse_row
+from rollgate.core.schemas import FailureRecord, Outcome, PolicyRef, TaskRef, TaskRow, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +32,6 @@ class RolloutSource(Protocol):
     ) -> list[list[Trajectory]]: ...
 
 
-def row_key(row: dict[str, Any]) -> str:
-    """Identity of a task row as Rollgate records it (TaskRow normalises it the same way)."""
-    return jsonutil.dumps(TaskRow.model_validate(row).row()).decode()
-
-
 class AgentRollouts:
     """The embedded shape: episodes run by an in-process Agent (rollgate.agent_server.agent)."""
 
@@ -44,24 +40,23 @@ class AgentRollouts:
         self.env = env
         self._limit = asyncio.Semaphore(concurrency) if concurrency > 0 else None
 
-    async def _one(self, row: dict[str, Any], ctx: Any) -> Trajectory:
+    async def _one(self, task: Task, ctx: RunContext) -> Trajectory:
         if self._limit is None:
-            return await self.agent.run(row, ctx, env=self.env)
+            return await self.agent.run(task, ctx)
         async with self._limit:
-            return await self.agent.run(row, ctx, env=self.env)
+            return await self.agent.run(task, ctx)
 
     async def collect(self, rows, repeats, *, sampling, policy_version):
-        from rollgate.agent_server.agent import RunContext
-
         job = f"job_{uuid.uuid4().hex[:12]}"
         coros = []
         for i, (row, k) in enumerate(zip(rows, repeats, strict=True)):
-            group = f"grp_{job}_{i}"
+            # The trainer's rows enter here: parsed once, the Task travels with every sample.
+            task = parse_row(
+                row, env=self.env, known_envs=self.agent.envs, row_index=i, where=f"rows[{i}]", component="trainer"
+            )
             for j in range(k):
-                ctx = RunContext(
-                    job_id=job, group_id=group, sample_index=j, policy_version=policy_version, sampling=dict(sampling)
-                )
-                coros.append(self._one(row, ctx))
+                ctx = RunContext(job_id=job, sample_index=j, policy_version=policy_version, sampling=dict(sampling))
+                coros.append(self._one(task, ctx))
         flat = await asyncio.gather(*coros)
         out, pos = [], 0
         for k in repeats:
@@ -70,22 +65,24 @@ class AgentRollouts:
         return out
 
 
-def _failed(row: dict[str, Any], error: ErrorInfo, job_id: str, sample_index: int) -> Trajectory:
+def _failed(failure: FailureRecord, row: dict[str, Any], job_id: str, sample_index: int) -> Trajectory:
     """A task the gateway refused, as a trajectory with an error outcome (never a reward)."""
+    task_id = failure.task_id or str(row.get("task_id") or "")
     return Trajectory(
-        group_id=f"grp_{job_id}",
+        group_id=group_id(task_id, job_id=job_id, row_index=failure.row_index),
         sample_index=sample_index,
+        row_index=failure.row_index,
         job_id=job_id,
-        task=TaskRef(env=str(row.get("env") or "unknown"), task_id=str(row.get("task_id") or ""), row=row),
+        task=TaskRef(env=str(row.get("env") or "unknown"), task_id=task_id, row=row),
         policy=PolicyRef(model="unknown"),
         outcome=Outcome.env_error,
-        error=error,
+        error=failure.error,
     )
 
 
 class GatewayRollouts:
     """The distributed shape: a rollout job on a Rollgate gateway (POST /v1/rollouts, then its
-    NDJSON results stream, resumed by cursor after a disconnect: rollgate.gateway.client)."""
+    NDJSON results stream, resumed by cursor after a disconnect: rollgate.client.gateway)."""
 
     def __init__(self, base_url: str, *, api_key: str | None = None, env: str | None = None, timeout_s: float = 3600.0):
         self.base_url = base_url
@@ -113,30 +110,28 @@ class GatewayRollouts:
         return out  # type: ignore[return-value]
 
     def _job(self, rows, slots, repeats, sampling, policy_version, out) -> None:
-        from rollgate.gateway.client import RolloutClient
+        from rollgate.client.gateway import RolloutClient
 
+        rows = [r.row() if isinstance(r, TaskRow) else r for r in rows]
         with RolloutClient(self.base_url, api_key=self.api_key) as client:
-            job = client.submit(
-                list(rows), env=self.env, repeats=repeats, sampling=sampling, policy_version=policy_version
-            )
-            keys = {row_key(r): n for n, r in enumerate(rows)}
+            job = client.submit(rows, env=self.env, repeats=repeats, sampling=sampling, policy_version=policy_version)
             for line in client.results(job["job_id"]):
                 if line.get("type") in ("trajectory", "failure"):
-                    self._place(line["record"], rows, slots, keys, job["job_id"], out)
+                    self._place(line["record"], rows, slots, job["job_id"], out)
 
     @staticmethod
-    def _place(rec: dict[str, Any], rows, slots, keys, job_id, out) -> None:
-        if "outcome" not in rec:  # a FailureRecord: the row was refused, all its samples fail alike
-            failure = FailureRecord.model_validate(rec)
-            n = failure.line if failure.line is not None and 0 <= failure.line < len(rows) else None
-            if n is None:
-                raise ProtocolError(f"failure record without a valid row index: {rec}", component="gateway")
-            row_out = out[slots[n]]
+    def _place(rec: dict[str, Any], rows, slots, job_id, out) -> None:
+        """Put a record in its row's slot: records carry the row's index in the job."""
+        failed = "outcome" not in rec  # a FailureRecord: the row was refused, all its samples fail alike
+        parsed = FailureRecord.model_validate(rec) if failed else Trajectory.model_validate(rec)
+        n = parsed.row_index
+        if n is None or not 0 <= n < len(rows):
+            raise ProtocolError(
+                f"a result's row_index {n!r} names no submitted row", component="gateway", field="row_index"
+            )
+        row_out = out[slots[n]]
+        if failed:
             free = next(j for j, t in enumerate(row_out) if t is None)
-            row_out[free] = _failed(rows[n], failure.error, job_id, free)
-            return
-        traj = Trajectory.model_validate(rec)
-        n = keys.get(jsonutil.dumps(traj.task.row).decode())
-        if n is None:
-            raise ProtocolError("a result's task row matches no submitted row", component="gateway", field="task.row")
-        out[slots[n]][traj.sample_index] = traj
+            row_out[free] = _failed(parsed, rows[n], job_id, free)
+        else:
+            row_out[parsed.sample_index] = parsed

@@ -10,23 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from rollgate.core import jsonutil
+from rollgate.core.items import content_text
 from rollgate.core.schemas import Outcome, Trajectory
 
 _ROLE = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for c in content:
-            if isinstance(c, dict) and isinstance(c.get("text"), str):
-                parts.append(c["text"])
-            elif isinstance(c, str):
-                parts.append(c)
-        return "".join(parts)
-    return ""
 
 
 def _arguments(raw: Any) -> Any:
@@ -54,7 +41,7 @@ def chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for item in items:
         kind = item.get("type", "message")
         if kind == "reasoning":
-            text = _text(item.get("summary")) or _text(item.get("content"))
+            text = content_text(item.get("summary")) or content_text(item.get("content"))
             msg = assistant()
             msg["reasoning_content"] = msg.get("reasoning_content", "") + text
         elif kind == "function_call":
@@ -66,15 +53,15 @@ def chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             assistant().setdefault("tool_calls", []).append(call)
         elif kind == "function_call_output":
             open_assistant = None
-            out.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": _text(item.get("output"))})
+            out.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": content_text(item.get("output"))})
         elif kind == "message":
             role = _ROLE.get(str(item.get("role")), "user")
             if role == "assistant":
                 msg = assistant()
-                msg["content"] += _text(item.get("content"))
+                msg["content"] += content_text(item.get("content"))
             else:
                 open_assistant = None
-                out.append({"role": role, "content": _text(item.get("content"))})
+                out.append({"role": role, "content": content_text(item.get("content"))})
         # Other item kinds (images, hosted tool traces) have no chat-format equivalent: skipped.
     return out
 

@@ -22,9 +22,9 @@ from typing import Any
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest
 from rollgate.core.schemas import TaskRow, Trajectory
-from rollgate.trainer_adapters.rollouts import RolloutSource, row_key
+from rollgate.core.tokens import trainable_sequence
+from rollgate.trainer_adapters.rollouts import RolloutSource
 from rollgate.trainer_adapters.sft import chat_messages
-from rollgate.trainer_adapters.tokens import trainable_sequence
 
 log = logging.getLogger(__name__)
 
@@ -56,17 +56,22 @@ class TaskIndex:
     be ambiguous (TRL hands the rollout function prompts only), so they are refused up front."""
 
     def __init__(self, rows: Sequence[dict[str, Any]]):
-        self._rows: dict[str, dict[str, Any]] = {}
+        # The trainer's rows enter here: validated once; the rollout source takes the parsed rows.
+        self._rows: dict[str, TaskRow] = {}
         self._prompts: list[list[dict[str, Any]]] = []
         for n, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise BadRequest(
+                    f"rows[{n}]: a task row must be a JSON object", component="trainer", field=f"rows[{n}]"
+                )
             try:
-                task = TaskRow.model_validate(row).row()
+                task = TaskRow.model_validate(row)
             except ValueError as exc:
                 raise BadRequest(f"task row {n} is invalid: {exc}", component="trainer", field=f"rows[{n}]") from None
-            prompt = prompt_messages(task)
+            prompt = prompt_messages(task.row())
             key = prompt_key(prompt)
             if key in self._rows:
-                if row_key(self._rows[key]) != row_key(task):
+                if self._rows[key].row() != task.row():
                     raise BadRequest(
                         f"task rows {n} and an earlier one share a prompt but differ; TRL passes "
                         "only prompts to rollout_func, so make the prompts distinct",
@@ -80,7 +85,7 @@ class TaskIndex:
     def __len__(self) -> int:
         return len(self._prompts)
 
-    def resolve(self, prompt: Any) -> dict[str, Any]:
+    def resolve(self, prompt: Any) -> TaskRow:
         row = self._rows.get(prompt_key(prompt))
         if row is None:
             raise BadRequest(
@@ -98,7 +103,7 @@ class TaskIndex:
         return Dataset.from_dict(
             {
                 "prompt": self._prompts,
-                "task_id": [str(self._rows[prompt_key(p)].get("task_id", "")) for p in self._prompts],
+                "task_id": [self._rows[prompt_key(p)].task_id or "" for p in self._prompts],
             }
         )
 
@@ -188,10 +193,10 @@ class RollgateRolloutFunc:
         self.last_trajectories = trajs
         return self.to_trl(trajs, max_completion_length=max_len, filler_token_id=filler)
 
-    def _plan(self, prompts: list[Any]) -> tuple[list[dict[str, Any]], list[list[int]], list[str]]:
+    def _plan(self, prompts: list[Any]) -> tuple[list[TaskRow], list[list[int]], list[str]]:
         """Distinct rows (in first-seen order) and, per row, the batch positions its samples fill."""
         index: dict[str, int] = {}
-        rows: list[dict[str, Any]] = []
+        rows: list[TaskRow] = []
         slots: list[list[int]] = []
         for pos, prompt in enumerate(prompts):
             key = prompt_key(prompt)

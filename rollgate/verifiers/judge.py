@@ -10,12 +10,18 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from rollgate.core.errors import JudgeError
-from rollgate.model_server.client import ModelClient
+from rollgate.core.items import response_text
 
 log = logging.getLogger("rollgate.verifiers.judge")
+
+
+class ModelClient(Protocol):
+    """Any Responses API client (rollgate.model_server.client's, or an HTTP one of your own)."""
+
+    async def create(self, request: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]: ...
 
 DEFAULT_PROMPT = """You are grading an answer to a task.
 
@@ -43,19 +49,6 @@ class JudgeVerdict:
     score: float  # normalised to 0..1
     raw_score: float
     text: str
-
-
-def response_text(body: dict[str, Any]) -> str:
-    """The text of a Responses API body: `output_text`, else its message items' text parts."""
-    if isinstance(body.get("output_text"), str) and body["output_text"]:
-        return body["output_text"]
-    parts: list[str] = []
-    for item in body.get("output") or []:
-        if isinstance(item, dict) and item.get("type") == "message":
-            for c in item.get("content") or []:
-                if isinstance(c, dict) and c.get("type") in ("output_text", "text"):
-                    parts.append(str(c.get("text", "")))
-    return "".join(parts)
 
 
 def parse_score(text: str, *, min_score: float = 0, max_score: float = 10) -> float:

@@ -19,6 +19,7 @@ from rollgate.agent_server.agent import Agent, RunContext
 from rollgate.core.errors import BadRequest
 from rollgate.core.http import NO_RETRY
 from rollgate.core.metrics import Metrics
+from rollgate.core.rows import parse_row
 from rollgate.core.schemas import Outcome, Trajectory
 from rollgate.core.serving import serve_in_thread
 from rollgate.core.session_store import MemorySessionStore
@@ -59,6 +60,11 @@ def scripted_service(tiny_model_dir):
     return build_service(settings)
 
 
+async def run(agent: Agent, row: dict, ctx: RunContext | None = None) -> Trajectory:
+    """Rows enter at an edge: parsed once there, then the agent runs the parsed task."""
+    return await agent.run(parse_row(row, known_envs=agent.envs), ctx)
+
+
 def make_agent(model, *, envs=None, metrics=None, **agent_settings) -> Agent:
     envs = envs or {
         "counter": LocalEnvClient(EnvRuntime(CounterEnv(), MemorySessionStore())),
@@ -70,7 +76,7 @@ def make_agent(model, *, envs=None, metrics=None, **agent_settings) -> Agent:
 async def test_tool_episode_completes_with_exact_token_data(scripted_service):
     metrics = Metrics()
     agent = make_agent(LocalModelClient(scripted_service), metrics=metrics)
-    traj = await agent.run(counter_row(call("add", amount=3), call("add", amount=4), {"text": "7"}))
+    traj = await run(agent, counter_row(call("add", amount=3), call("add", amount=4), {"text": "7"}))
     assert traj.outcome is Outcome.completed
     assert traj.reward == 1.5 and traj.reward_components == {"state": 1.0, "answer": 0.5}
     assert [m.get("type") for m in traj.messages].count("function_call_output") == 2
@@ -91,13 +97,13 @@ async def test_tool_episode_completes_with_exact_token_data(scripted_service):
 async def test_session_is_closed_after_the_episode(scripted_service):
     runtime = EnvRuntime(CounterEnv(), MemorySessionStore())
     agent = make_agent(LocalModelClient(scripted_service), envs={"counter": LocalEnvClient(runtime)})
-    await agent.run(counter_row(call("add", amount=1), {"text": "1"}))
+    await run(agent, counter_row(call("add", amount=1), {"text": "1"}))
     assert await runtime.store.count() == 0
 
 
 async def test_invented_tool_is_an_error_output_and_the_episode_goes_on(scripted_service):
     agent = make_agent(LocalModelClient(scripted_service))
-    traj = await agent.run(counter_row(call("teleport", to=7), call("reset", mode="target"), {"text": "7"}))
+    traj = await run(agent, counter_row(call("teleport", to=7), call("reset", mode="target"), {"text": "7"}))
     outputs = [m["output"] for m in traj.messages if m.get("type") == "function_call_output"]
     assert outputs[0].startswith("error: unknown tool 'teleport'")
     assert traj.outcome is Outcome.completed and traj.reward == 1.5
@@ -106,14 +112,14 @@ async def test_invented_tool_is_an_error_output_and_the_episode_goes_on(scripted
 
 async def test_turn_budget_truncates_and_still_verifies(scripted_service):
     agent = make_agent(LocalModelClient(scripted_service), max_turns=2)
-    traj = await agent.run(counter_row(call("add", amount=1), call("add", amount=1), call("add", amount=1)))
+    traj = await run(agent, counter_row(call("add", amount=1), call("add", amount=1), call("add", amount=1)))
     assert traj.outcome is Outcome.truncated
     assert traj.reward == 0.0 and traj.metrics["turns"] == 2
 
 
 async def test_token_budget_truncates(scripted_service):
     agent = make_agent(LocalModelClient(scripted_service), max_output_tokens=12, max_output_tokens_per_call=8)
-    traj = await agent.run(counter_row(call("add", amount=1), call("add", amount=1), {"text": "2"}))
+    traj = await run(agent, counter_row(call("add", amount=1), call("add", amount=1), {"text": "2"}))
     assert traj.outcome is Outcome.truncated and traj.reward is not None
     assert sum(len(t.generation_token_ids) for t in traj.turns) <= 12
 
@@ -121,23 +127,23 @@ async def test_token_budget_truncates(scripted_service):
 async def test_repeats_get_distinct_seeds_and_keep_their_group(scripted_service):
     agent = make_agent(LocalModelClient(scripted_service))
     row = counter_row({"text": "7"}, seed=11)
-    a = await agent.run(row, RunContext(group_id="g1", sample_index=0, policy_version="v3"))
-    b = await agent.run(row, RunContext(group_id="g1", sample_index=1, policy_version="v3"))
+    a = await run(agent, row, RunContext(group_id="g1", sample_index=0, policy_version="v3"))
+    b = await run(agent, row, RunContext(group_id="g1", sample_index=1, policy_version="v3"))
     assert (a.policy.sampling["seed"], b.policy.sampling["seed"]) == (11, 12)
     assert a.group_id == b.group_id == "g1" and a.task.task_id == b.task.task_id
     assert a.policy.policy_version == "v3"
 
 
-async def test_malformed_rows_and_unknown_envs_name_the_field(scripted_service):
+async def test_malformed_rows_and_unknown_envs_name_the_field_at_the_edge(scripted_service):
     agent = make_agent(LocalModelClient(scripted_service))
     with pytest.raises(BadRequest) as exc:
-        await agent.run({"env": "counter"})
+        await run(agent, {"env": "counter"})
     assert exc.value.field == "responses_create_params"
     with pytest.raises(BadRequest) as exc:
-        await agent.run({"responses_create_params": {"input": "x"}, "env": "chess"})
+        await run(agent, {"responses_create_params": {"input": "x"}, "env": "chess"})
     assert exc.value.field == "env" and "chess" in exc.value.message
     with pytest.raises(BadRequest) as exc:
-        await agent.run({"responses_create_params": {"input": "x"}})
+        await run(agent, {"responses_create_params": {"input": "x"}})
     assert exc.value.field == "env"
 
 
@@ -146,7 +152,7 @@ async def test_a_dead_model_server_is_a_model_error_not_reward_zero():
     model = HttpModelClient(dead, timeout_s=2.0)
     agent = make_agent(model)
     started = time.monotonic()
-    traj = await agent.run(counter_row({"text": "7"}))
+    traj = await run(agent, counter_row({"text": "7"}))
     await model.aclose()
     assert traj.outcome is Outcome.model_error and traj.reward is None
     assert traj.error.component == "model" and "connect" in traj.error.message
@@ -170,7 +176,7 @@ async def test_a_stuck_model_hits_the_call_timeout():
         model = HttpModelClient(url, timeout_s=30, retry=NO_RETRY)
         agent = make_agent(model, model_timeout_s=0.5)
         started = time.monotonic()
-        traj = await agent.run(counter_row({"text": "7"}))
+        traj = await run(agent, counter_row({"text": "7"}))
         elapsed = time.monotonic() - started
         await model.aclose()
     assert traj.outcome is Outcome.model_error and traj.error.kind.value == "timeout"
@@ -182,7 +188,7 @@ async def test_the_episode_wall_clock_budget_is_enforced():
         model = HttpModelClient(url, timeout_s=30)
         agent = make_agent(model, model_timeout_s=30, episode_timeout_s=0.5)
         started = time.monotonic()
-        traj = await agent.run(counter_row({"text": "7"}))
+        traj = await run(agent, counter_row({"text": "7"}))
         elapsed = time.monotonic() - started
         await model.aclose()
     assert traj.outcome is Outcome.timeout and traj.reward is None
@@ -194,10 +200,10 @@ async def test_cancel_ends_a_running_episode_as_cancelled():
         model = HttpModelClient(url, timeout_s=30)
         agent = make_agent(model)
         cancel = asyncio.Event()
-        run = asyncio.create_task(agent.run(counter_row({"text": "7"}), RunContext(cancel=cancel)))
+        episode = asyncio.create_task(run(agent, counter_row({"text": "7"}), RunContext(cancel=cancel)))
         await asyncio.sleep(0.3)
         cancel.set()
-        traj = await asyncio.wait_for(run, 3)
+        traj = await asyncio.wait_for(episode, 3)
         await model.aclose()
     assert traj.outcome is Outcome.cancelled and traj.reward is None and traj.error.kind.value == "cancelled"
 
@@ -205,7 +211,7 @@ async def test_cancel_ends_a_running_episode_as_cancelled():
 async def test_an_unreachable_environment_is_an_env_error(scripted_service):
     env = HttpEnvClient("counter", f"http://127.0.0.1:{free_port()}", timeout_s=2)
     agent = make_agent(LocalModelClient(scripted_service), envs={"counter": env})
-    traj = await agent.run(counter_row({"text": "7"}))
+    traj = await run(agent, counter_row({"text": "7"}))
     await env.aclose()
     assert traj.outcome is Outcome.env_error and traj.reward is None and traj.error.component.startswith("env")
 
@@ -233,7 +239,7 @@ async def test_an_environment_dying_mid_episode_is_an_env_error(scripted_service
     with serve_in_thread(app) as url:
         env = HttpEnvClient("counter", url)
         agent = make_agent(LocalModelClient(scripted_service), envs={"counter": env})
-        traj = await agent.run(counter_row(call("add", amount=1), {"text": "1"}))
+        traj = await run(agent, counter_row(call("add", amount=1), {"text": "1"}))
         await env.aclose()
     assert traj.outcome is Outcome.env_error and traj.reward is None
     assert "disk on fire" in traj.error.message
@@ -253,7 +259,7 @@ async def test_math_episode_over_http_with_the_calculator(scripted_service):
     with serve_in_thread(create_resources_app(runtime)) as url:
         env = HttpEnvClient("math", url)
         agent = make_agent(LocalModelClient(scripted_service), envs={"math": env})
-        traj = await agent.run(row)
+        traj = await run(agent, row)
         await env.aclose()
     outputs = [m["output"] for m in traj.messages if m.get("type") == "function_call_output"]
     assert outputs == ["42"]

@@ -18,7 +18,20 @@ COMPOSE = ROOT / "compose.yaml"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 K8S = ROOT / "k8s"
 SHIPPED_ENVS = ["math", "workplace", "game2048", "wordle", "code"]
-ROLLGATE_ROLES = {"gateway", "agent", "model", "resources"}
+ROLLGATE_ROLES = {"gateway", "agent", "model", "resources", "sandbox"}
+# what .env must set for compose.yaml (the three secrets)
+COMPOSE_SECRETS = {"ROLLGATE_API_KEY": "k", "ROLLGATE_REDIS_PASSWORD": "p", "ROLLGATE_SANDBOX_TOKEN": "t"}
+
+
+def gen_deploy():
+    """scripts/gen_deploy.py as a module (the generator of compose.yaml and k8s/base)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gen_deploy as module
+
+    return module
+
 
 _VAR = re.compile(r"\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
 

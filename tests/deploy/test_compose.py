@@ -1,12 +1,13 @@
 """compose.yaml runs what the process-level topology describes, and is a valid compose file.
 
-No Docker engine runs here, so the file is checked offline: parsed and compared with
+Checked offline here (the docker tier, test_docker_stack.py, runs it): parsed and compared with
 rollgate/core/topology.py, validated against the compose-spec schema that check-jsonschema ships,
 and rendered by `docker-compose config` (Debian's docker-compose package) where it is installed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,14 +18,23 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rollgate.core.topology import distributed_topology, unknown_settings
-from tests.deploy.manifests import COMPOSE, ROOT, SHIPPED_ENVS, compose_services, rollgate_services
-
-API_KEY = "compose-test-key"
+from rollgate.core.topology import unknown_settings
+from tests.deploy.manifests import (
+    COMPOSE,
+    COMPOSE_SECRETS,
+    ROOT,
+    SHIPPED_ENVS,
+    compose_services,
+    gen_deploy,
+    interpolate,
+    rollgate_services,
+)
 
 
 def _topology():
-    return {s.name: s for s in distributed_topology(SHIPPED_ENVS, redis_url="redis://redis:6379/0", api_key=API_KEY)}
+    """The generator's topology, with .env's secrets filled in as compose would."""
+    specs = gen_deploy().topology("compose")
+    return {s.name: s.model_copy(update={"env": interpolate(s.env, COMPOSE_SECRETS)}) for s in specs}
 
 
 def _assert_matches_topology(services: dict) -> None:
@@ -43,18 +53,50 @@ def _assert_matches_topology(services: dict) -> None:
 
 
 def test_compose_services_match_the_topology():
-    _assert_matches_topology(compose_services({"ROLLGATE_API_KEY": API_KEY}))
+    _assert_matches_topology(compose_services(COMPOSE_SECRETS))
 
 
-def test_compose_covers_every_shipped_environment():
-    from rollgate.resources_servers.registry import env_names
+def test_compose_covers_every_registered_environment_and_one_service_per_family():
+    from rollgate.resources_servers.registry import default_registry
 
-    services = compose_services({"ROLLGATE_API_KEY": API_KEY})
-    assert {f"resources-{e}" for e in env_names()} <= set(services)
+    services = compose_services(COMPOSE_SECRETS)
+    assert {f"resources-{e}" for e in SHIPPED_ENVS} <= set(services)
+    served = json.loads(services["gateway"]["environment"]["ROLLGATE_ENVS"])
+    assert set(served) == set(default_registry().specs())
+    families = {n.split("/")[0] for n in served if "/" in n}
+    for family in families:  # every member inside one service, under /envs/<member>
+        name = "resources-" + family.replace("_", "-")
+        assert services[name]["command"][4] == f"{family}/*"
+    urls = json.loads(services["gateway"]["environment"]["ROLLGATE_ENV_URLS"])
+    for env, (url,) in urls.items():
+        assert url.endswith(f"/envs/{env}") == ("/" in env), env
+
+
+def test_model_code_runs_only_in_the_sandbox_service_which_holds_no_other_secret():
+    services = compose_services(COMPOSE_SECRETS)
+    code = services["resources-code"]
+    assert code["environment"]["ROLLGATE_SANDBOX__PROVIDER"] == "remote"
+    assert code["environment"]["ROLLGATE_SANDBOX__URL"] == "http://sandbox:8400"
+    assert code["depends_on"]["sandbox"]["condition"] == "service_healthy"
+    sandbox = services["sandbox"]
+    assert set(sandbox["environment"]) == {"ROLLGATE_SANDBOX__TOKEN"}  # no API key, no Redis
+    assert sandbox["cap_drop"] == ["ALL"] and "SYS_ADMIN" in sandbox["cap_add"] and "privileged" not in sandbox
+    for name, svc in services.items():  # nobody gets the Docker socket
+        assert not any("docker.sock" in str(v) for v in svc.get("volumes", [])), name
+
+
+def test_redis_requires_the_password_every_service_uses():
+    services = compose_services(COMPOSE_SECRETS)
+    cmd = services["redis"]["command"]
+    assert cmd[cmd.index("--requirepass") + 1] == "p"
+    assert services["redis"]["environment"]["REDISCLI_AUTH"] == "p"  # the health check authenticates
+    for name, svc in rollgate_services(services).items():
+        if "ROLLGATE_REDIS_URL" in svc["environment"]:
+            assert svc["environment"]["ROLLGATE_REDIS_URL"] == "redis://:p@redis:6379/0", name
 
 
 def test_every_service_has_a_healthcheck_and_the_gateway_is_published():
-    services = compose_services({"ROLLGATE_API_KEY": API_KEY})
+    services = compose_services(COMPOSE_SECRETS)
     for name, svc in services.items():
         if name != "prometheus":
             assert svc.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
@@ -64,7 +106,7 @@ def test_every_service_has_a_healthcheck_and_the_gateway_is_published():
 
 
 def test_gpu_profile_puts_our_model_server_in_front_of_vllm():
-    services = compose_services({"ROLLGATE_API_KEY": API_KEY})
+    services = compose_services(COMPOSE_SECRETS)
     vllm, front = services["vllm"], services["model-vllm"]
     assert vllm["profiles"] == ["gpu"] and front["profiles"] == ["gpu"]
     assert vllm["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
@@ -73,18 +115,19 @@ def test_gpu_profile_puts_our_model_server_in_front_of_vllm():
     assert front["depends_on"]["vllm"]["condition"] == "service_healthy"
     assert unknown_settings(front["environment"]) == []
     # the agents switch to it through one documented variable
-    switched = compose_services({"ROLLGATE_API_KEY": API_KEY, "ROLLGATE_MODEL_URL": "http://model-vllm:8200"})
+    switched = compose_services({**COMPOSE_SECRETS, "ROLLGATE_MODEL_URL": "http://model-vllm:8200"})
     assert switched["agent"]["environment"]["ROLLGATE_MODEL_URL"] == "http://model-vllm:8200"
 
 
-def test_a_missing_api_key_is_refused_with_the_variable_named():
-    with pytest.raises(KeyError, match="ROLLGATE_API_KEY"):
-        compose_services({})
+@pytest.mark.parametrize("secret", sorted(COMPOSE_SECRETS))
+def test_a_missing_secret_is_refused_with_the_variable_named(secret):
+    with pytest.raises(KeyError, match=secret):
+        compose_services({k: v for k, v in COMPOSE_SECRETS.items() if k != secret})
 
 
 def test_env_example_sets_every_variable_compose_requires():
     required = set(re.findall(r"\$\{(\w+):\?", COMPOSE.read_text()))
-    assert required == {"ROLLGATE_API_KEY"}
+    assert required == set(COMPOSE_SECRETS)
     example = (ROOT / ".env.example").read_text().splitlines()
     for var in required:
         assert any(line.startswith(f"{var}=") and line.split("=", 1)[1] for line in example), var
@@ -133,7 +176,7 @@ def _compose_config(tmp_path, env: dict[str, str]) -> subprocess.CompletedProces
 
 
 def test_docker_compose_renders_the_file_offline_as_the_topology(tmp_path):
-    out = _compose_config(tmp_path, {"ROLLGATE_API_KEY": API_KEY})
+    out = _compose_config(tmp_path, COMPOSE_SECRETS)
     assert out.returncode == 0, out.stderr
     rendered = yaml.safe_load(out.stdout)
     _assert_matches_topology(rendered["services"])
@@ -141,6 +184,6 @@ def test_docker_compose_renders_the_file_offline_as_the_topology(tmp_path):
 
 
 def test_docker_compose_refuses_to_start_without_an_api_key(tmp_path):
-    out = _compose_config(tmp_path, {})
+    out = _compose_config(tmp_path, {k: v for k, v in COMPOSE_SECRETS.items() if k != "ROLLGATE_API_KEY"})
     assert out.returncode != 0
     assert "ROLLGATE_API_KEY" in out.stderr

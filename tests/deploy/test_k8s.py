@@ -13,12 +13,12 @@ import functools
 import pytest
 import yaml
 
-from rollgate.core.topology import distributed_topology
 from tests.deploy.manifests import (
     K8S,
     SHIPPED_ENVS,
     base_docs,
     by_kind,
+    gen_deploy,
     kustomize_build,
     kustomize_cmd,
 )
@@ -69,9 +69,13 @@ def _effective_env(docs: list[dict], container: dict) -> dict[str, str | None]:
     return env
 
 
-# The one setting that differs by platform on purpose: on Kubernetes the code environment runs
-# model-written code in sandbox Pods (kubernetes provider), in a process topology in local sandboxes.
-PLATFORM_ONLY = {"POD_NAMESPACE", "ROLLGATE_SANDBOX__PROVIDER", "ROLLGATE_SANDBOX__OPTIONS"}
+# Kubernetes only: the code environment's sandbox Pods live in the pod's namespace, and the Redis
+# password comes from a Secret (expanded into ROLLGATE_REDIS_URL by Kubernetes).
+PLATFORM_ONLY = {"POD_NAMESPACE", "ROLLGATE_SANDBOX__OPTIONS", "REDIS_PASSWORD"}
+
+
+def _topology():
+    return gen_deploy().topology("k8s")
 
 
 def test_base_manifests_validate_strictly():
@@ -115,15 +119,13 @@ def test_overlay_renders_and_validates_strictly(overlay):
 
 
 def _topology_commands() -> dict[str, list[str]]:
-    return {
-        s.name: s.command() for s in distributed_topology(SHIPPED_ENVS, redis_url="redis://redis:6379/0", api_key="k")
-    }
+    return {s.name: s.command() for s in _topology()}
 
 
 def test_deployments_run_the_topology_commands_with_its_settings():
     docs = base_docs()
     deps = _rollgate_deployments(docs)
-    topo = {s.name: s for s in distributed_topology(SHIPPED_ENVS, redis_url="redis://redis:6379/0", api_key="k")}
+    topo = {s.name: s for s in _topology()}
     assert set(deps) == set(topo)
     for name, spec in topo.items():
         dep = deps[name]
@@ -164,7 +166,8 @@ def test_autoscalers_and_disruption_budgets_target_real_deployments():
     docs = base_docs()
     deps = by_kind(docs, "Deployment")
     hpas = by_kind(docs, "HorizontalPodAutoscaler")
-    assert set(hpas) == {"agent", *(f"resources-{e}" for e in SHIPPED_ENVS)}
+    assert set(hpas) == {"agent", *(s.name for s in _topology() if s.role == "resources")}
+    assert {f"resources-{e}" for e in SHIPPED_ENVS} <= set(hpas)
     for hpa in hpas.values():
         assert hpa["spec"]["scaleTargetRef"]["name"] in deps
         assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
@@ -201,8 +204,24 @@ def test_the_code_environment_may_manage_sandbox_pods_and_nothing_more():
             assert dep["spec"]["template"]["spec"]["automountServiceAccountToken"] is False, name
 
 
+def test_redis_requires_the_password_from_a_secret():
+    docs = base_docs()
+    redis = by_kind(docs, "StatefulSet")["redis"]["spec"]["template"]["spec"]["containers"][0]
+    assert redis["args"][redis["args"].index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
+    secret_ref = {"name": "rollgate-redis", "key": "password"}
+    assert {"name": "REDIS_PASSWORD", "valueFrom": {"secretKeyRef": secret_ref}} in redis["env"]
+    assert "password" in by_kind(docs, "Secret")["rollgate-redis"]["stringData"]
+    for name, dep in _rollgate_deployments(docs).items():
+        env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
+        names = [e["name"] for e in env]
+        # Kubernetes expands $(REDIS_PASSWORD) only from variables defined before it
+        assert names.index("REDIS_PASSWORD") < names.index("ROLLGATE_REDIS_URL"), name
+        url = next(e["value"] for e in env if e["name"] == "ROLLGATE_REDIS_URL")
+        assert url == "redis://:$(REDIS_PASSWORD)@redis:6379/0", name
+
+
 def test_keda_scaler_follows_the_job_queue_stream_and_replaces_the_agent_hpa():
-    from rollgate.gateway.redis_queue import GROUP, RedisJobQueue
+    from rollgate.jobs.redis import GROUP, RedisJobQueue
 
     scaled = yaml.safe_load((K8S / "components" / "keda" / "scaledobject.yaml").read_text())
     assert scaled["apiVersion"] == "keda.sh/v1alpha1"

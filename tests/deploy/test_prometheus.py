@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from rollgate.core.topology import ROLE_PORTS
-from tests.deploy.manifests import ROOT, base_docs, by_kind, compose_services, rollgate_services
+from tests.deploy.manifests import COMPOSE_SECRETS, ROOT, base_docs, by_kind, compose_services, rollgate_services
 
 PROM = ROOT / "deploy" / "prometheus"
 
@@ -13,7 +13,7 @@ PROM = ROOT / "deploy" / "prometheus"
 def test_compose_scrape_jobs_cover_every_rollgate_service_on_its_port():
     jobs = yaml.safe_load((PROM / "prometheus-compose.yml").read_text())["scrape_configs"]
     scraped = {(name, sd["port"]) for job in jobs for sd in job["dns_sd_configs"] for name in sd["names"]}
-    services = compose_services({"ROLLGATE_API_KEY": "k"})
+    services = compose_services(COMPOSE_SECRETS)
     for name, svc in rollgate_services(services).items():
         port = int(svc["command"][svc["command"].index("--port") + 1])
         assert (name, port) in scraped, f"compose service {name} on {port} is not scraped"

@@ -150,3 +150,53 @@ def test_a_resources_service_started_from_the_topology_serves(tmp_path, redis_ur
         tools = httpx.get(proc.url + "/tools", headers=headers, timeout=5)
         assert tools.status_code == 200, tools.text
         assert tools.json() and all(t.get("name") or t.get("function") for t in tools.json())
+
+
+def test_a_family_is_one_service_and_each_member_a_url_under_it():
+    members = ["reasoning_gym/chain_sum", "reasoning_gym/gcd"]
+    topo = {
+        s.name: s
+        for s in distributed_topology(
+            ["math", "reasoning_gym/*"],
+            redis_url="r",
+            api_key="k",
+            families={"reasoning_gym/*": members},
+        )
+    }
+    fam = topo["resources-reasoning-gym"]
+    assert fam.command()[3:5] == ["--env", "reasoning_gym/*"] and fam.serves == members
+    urls = json.loads(topo["gateway"].env["ROLLGATE_ENV_URLS"])
+    assert urls["reasoning_gym/gcd"] == ["http://resources-reasoning-gym:8300/envs/reasoning_gym/gcd"]
+    assert urls["math"] == ["http://resources-math:8300"]
+    assert json.loads(topo["agent"].env["ROLLGATE_ENVS"]) == ["math", *members]
+    with pytest.raises(ValueError, match="families"):
+        distributed_topology(["reasoning_gym/*"], redis_url="r", api_key="k")
+
+
+def test_code_runs_its_sandboxes_in_a_sandbox_service_that_holds_no_other_secret():
+    topo = {s.name: s for s in distributed_topology(["code"], redis_url="r", api_key="k", sandbox_token="t")}
+    assert list(topo) == ["model", "sandbox", "resources-code", "agent", "gateway"]
+    assert topo["sandbox"].env == {"ROLLGATE_SANDBOX__TOKEN": "t"}
+    code = topo["resources-code"]
+    assert code.env["ROLLGATE_SANDBOX__PROVIDER"] == "remote"
+    assert code.env["ROLLGATE_SANDBOX__URL"] == "http://sandbox:8400"
+    assert "sandbox" in code.depends_on
+    assert unknown_settings(code.env) == [] and unknown_settings(topo["sandbox"].env) == []
+    with pytest.raises(ValueError, match="sandbox_token"):
+        distributed_topology(["code"], redis_url="r", api_key="k")
+    k8s = {s.name: s for s in distributed_topology(["code"], redis_url="r", api_key="k", code_sandbox="kubernetes")}
+    assert "sandbox" not in k8s and k8s["resources-code"].env["ROLLGATE_SANDBOX__PROVIDER"] == "kubernetes"
+
+
+def test_one_resources_process_serves_several_environments_by_pattern(tmp_path, redis_url):
+    port = free_port()
+    argv = rollgate_cmd("serve", "--role", "resources", "--env", "w*", "--host", "127.0.0.1", "--port", str(port))
+    with ServerProcess(argv, port, env={"ROLLGATE_REDIS_URL": redis_url}, log_path=tmp_path / "multi.log") as proc:
+        assert httpx.get(proc.url + "/envs", timeout=5).json() == ["wordle", "workplace"]
+        for env in ("wordle", "workplace"):
+            tools = httpx.get(f"{proc.url}/envs/{env}/tools", timeout=5)
+            assert tools.status_code == 200 and tools.json(), env
+        seeded = httpx.post(
+            f"{proc.url}/envs/wordle/sessions", json={"responses_create_params": {"input": []}}, timeout=5
+        )
+        assert seeded.status_code in (200, 400), seeded.text  # the route is the environment's own

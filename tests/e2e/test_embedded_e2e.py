@@ -20,7 +20,7 @@ ENVS = ["math", "wordle", "game2048", "workplace"]
 
 @pytest.fixture(scope="module")
 def embedded():
-    from rollgate.gateway.embedded import build_app
+    from rollgate.stack.embedded import build_app
     from rollgate.model_server.tiny import ensure_tiny_model
 
     settings = Settings(

@@ -51,9 +51,9 @@ async def test_every_bank_task_gold_scores_one_and_wrong_scores_less(rt):
     for task_id, gold, wrong in await asyncio.gather(*(check(r) for r in rows)):
         assert gold.reward == 1.0, (task_id, gold)
         assert set(gold.reward_components) == {"basic", "edge"}
-        assert sum(gold.reward_components.values()) == pytest.approx(1.0)
         assert 0.0 <= wrong.reward < 1.0, (task_id, wrong)
-        assert sum(wrong.reward_components.values()) == pytest.approx(wrong.reward)
+        # The group that the wrong solution fails scores below its gold share.
+        assert any(wrong.reward_components[g] < gold.reward_components[g] for g in gold.reward_components)
         assert wrong.metrics["passed"] < wrong.metrics["total"]
 
 

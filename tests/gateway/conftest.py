@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollgate.gateway.memory_queue import MemoryJobQueue
+from rollgate.jobs.memory import MemoryJobQueue
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -17,7 +17,7 @@ async def make_queue(request):
         if request.param == "memory":
             q = MemoryJobQueue(**kw)
         else:
-            from rollgate.gateway.redis_queue import RedisJobQueue
+            from rollgate.jobs.redis import RedisJobQueue
 
             q = RedisJobQueue(
                 request.getfixturevalue("redis_url"), prefix=request.getfixturevalue("redis_prefix"), **kw

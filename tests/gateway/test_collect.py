@@ -23,7 +23,7 @@ def scripted_settings(**kw) -> Settings:
 
 @pytest.fixture(scope="module")
 def gateway_url():
-    from rollgate.gateway.embedded import build_app
+    from rollgate.stack.embedded import build_app
 
     with serve_in_thread(build_app(scripted_settings()), timeout_s=120) as url:
         yield url

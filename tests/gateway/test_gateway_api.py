@@ -13,8 +13,8 @@ from rollgate.core import jsonutil
 from rollgate.core.metrics import Metrics
 from rollgate.core.serving import serve_in_thread
 from rollgate.core.settings import Settings
-from rollgate.gateway.memory_queue import MemoryJobQueue
 from rollgate.gateway.server import create_gateway_app
+from rollgate.jobs.memory import MemoryJobQueue
 
 TOKEN = "s3cret-token"
 ROW = {"responses_create_params": {"input": "What is 2+2?"}, "expected_answer": "4"}
@@ -144,7 +144,7 @@ def test_cancel_answers_with_every_task_accounted_for(gateway):
         ({"tasks": [ROW]}, 400, "tasks[0].env", "names no environment"),
         ({"tasks": [ROW], "env": "math", "repeats": 0}, 400, "repeats", "greater than or equal to 1"),
         ({"tasks": [ROW], "env": "math", "sampling": {"temprature": 1}}, 400, "sampling.temprature", "Extra"),
-        ({"tasks": [ROW], "env": "math", "agent": "swe"}, 400, "agent", "unknown agent loop"),
+        ({"tasks": [ROW], "env": "math", "agent": "swe"}, 400, "agent", "Extra inputs"),  # no agent choice (yet)
         ({"task": [ROW]}, 400, "tasks", "required"),
     ],
 )

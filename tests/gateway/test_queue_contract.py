@@ -9,7 +9,7 @@ import pytest
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import CapacityError, NotFound
-from rollgate.gateway.queue import JobSpec, TaskEnvelope, decode_record
+from rollgate.jobs.queue import JobSpec, TaskEnvelope, decode_record
 
 
 def make_job(job_id: str, n: int, repeats: int = 1) -> tuple[JobSpec, list[TaskEnvelope]]:
@@ -230,7 +230,7 @@ async def test_waiting_reader_wakes_when_a_record_lands(make_queue):
 
 
 async def test_redis_queue_recovers_when_its_stream_disappears(redis_url, redis_prefix):
-    from rollgate.gateway.redis_queue import RedisJobQueue
+    from rollgate.jobs.redis import RedisJobQueue
 
     q = RedisJobQueue(redis_url, prefix=redis_prefix)
     try:

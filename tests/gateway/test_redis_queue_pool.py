@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 
 from rollgate.core import jsonutil
-from rollgate.gateway.queue import decode_record
-from rollgate.gateway.redis_queue import RedisJobQueue
+from rollgate.jobs.queue import decode_record
+from rollgate.jobs.redis import RedisJobQueue
 from tests.gateway.test_queue_contract import make_job, ok_record
 
 BURST = 200

@@ -9,12 +9,12 @@ import random
 import time
 
 from rollgate.agent_server.agent import Agent
-from rollgate.agent_server.worker import Worker
 from rollgate.core import jsonutil
 from rollgate.core.schemas import FailureRecord, Trajectory, VerifyRequest, VerifyResult
 from rollgate.core.session_store import MemorySessionStore
 from rollgate.core.settings import Settings
-from rollgate.gateway.queue import JobSpec, TaskEnvelope, decode_record
+from rollgate.jobs.queue import JobSpec, TaskEnvelope, decode_record
+from rollgate.jobs.worker import Worker
 from rollgate.model_server.client import LocalModelClient
 from rollgate.resources_servers.base import EnvRuntime
 from rollgate.resources_servers.client import LocalEnvClient
@@ -115,7 +115,7 @@ async def test_a_row_the_agent_refuses_becomes_one_failure_record(make_queue):
     await worker.stop()
     [rec] = await records(q, job_id)
     failure = FailureRecord.model_validate(rec)
-    assert failure.error.field == "env" and failure.line == 0 and failure.job_id == job_id
+    assert failure.error.field == "env" and failure.row_index == 0 and failure.job_id == job_id
 
 
 async def _finished(q, job_id: str) -> bool:
@@ -145,7 +145,16 @@ async def test_stopping_worker_hands_running_tasks_to_another_at_once(make_queue
 
 async def test_cancelling_a_job_stops_its_running_episodes(make_queue):
     q = make_queue(visibility_timeout_s=0.9)  # heartbeat (and the cancel check) every 0.3 s
-    worker = Worker(q, make_agent(verify_delay=30), concurrency=2, block_s=0.2)
+    agent = make_agent(verify_delay=30)
+    outcomes: list[str] = []  # what the episodes themselves ended with (the queue's own records aside)
+
+    class Watched:
+        async def run(self, task, ctx=None):
+            traj = await agent.run(task, ctx)
+            outcomes.append(traj.outcome.value)
+            return traj
+
+    worker = Worker(q, Watched(), concurrency=2, block_s=0.2)
     job_id = await submit(q, "slowmath", 2)
     worker.start()
 
@@ -164,7 +173,8 @@ async def test_cancelling_a_job_stops_its_running_episodes(make_queue):
     assert time.monotonic() - started < 5  # not the 30 s the episodes would have taken
     await worker.stop()
     recs = await records(q, job_id)
-    assert [r["outcome"] for r in recs] == ["cancelled", "cancelled"]
+    assert [r["outcome"] for r in recs] == ["cancelled", "cancelled"]  # written by the queue's cancel
+    assert outcomes == ["cancelled", "cancelled"]  # the worker told the running episodes to stop
 
 
 async def test_tasks_of_a_dead_worker_are_reclaimed_and_counted(make_queue):

@@ -64,7 +64,7 @@ def mounted_app(service: ModelService) -> FastAPI:
 
 async def test_hot_route_answers_exactly_like_the_fastapi_route(service):
     standalone = create_model_app(service)
-    assert [r.pattern.pattern for r in standalone.state.hot_routes] == [re.escape("/v1/responses")]
+    assert re.escape("/v1/responses") in [r.pattern.pattern for r in standalone.state.hot_routes]
     async with (
         httpx.AsyncClient(transport=httpx.ASGITransport(app=standalone), base_url="http://a") as a,
         httpx.AsyncClient(transport=httpx.ASGITransport(app=mounted_app(service)), base_url="http://b") as b,

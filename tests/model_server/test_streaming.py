@@ -12,6 +12,7 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
+from rollgate.core.items import output_text
 from rollgate.core.serving import serve_in_thread
 from rollgate.model_server.app import create_model_app
 from rollgate.model_server.scripted import ScriptedBackend
@@ -47,10 +48,6 @@ def _events(response: httpx.Response, on_event=None) -> list[tuple[float, dict]]
     return out
 
 
-def _message_text(response: dict) -> str:
-    return "".join(p["text"] for i in response["output"] if i["type"] == "message" for p in i["content"])
-
-
 def test_deltas_arrive_while_generating_and_add_up_to_the_final_text(base_url, local_stack):
     _, backend, _ = local_stack
     running_at_first_delta: list[int] = []
@@ -69,7 +66,7 @@ def test_deltas_arrive_while_generating_and_add_up_to_the_final_text(base_url, l
     assert running_at_first_delta == [1]  # the request was still decoding when its first text arrived
     assert len(deltas) >= 5 and len({t for t, _ in deltas}) >= 2
     assert deltas[0][0] < end_t
-    assert "".join(e["delta"] for _, e in deltas) == _message_text(final["response"])
+    assert "".join(e["delta"] for _, e in deltas) == output_text(final["response"]["output"])
     assert [e["sequence_number"] for _, e in events] == list(range(len(events)))
 
 

@@ -119,7 +119,7 @@ def standin_gateway(api_key: str | None = None) -> FastAPI:
     """The viewer router plus a stand-in of the gateway's job API, behind the gateway's real auth."""
     app = make_app("stand-in gateway", component="gateway")
     if api_key:
-        from rollgate.gateway.auth import require_bearer
+        from rollgate.core.auth import require_bearer
 
         require_bearer(app, api_key, component="gateway")
     app.include_router(ui_router())

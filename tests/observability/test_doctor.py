@@ -9,12 +9,13 @@ import time
 import pytest
 import yaml
 
+from rollgate.commands.checks import Status, check_model_dir, check_redis
+from rollgate.commands.doctor import exit_code, run_checks
 from rollgate.core.app import make_app
-from rollgate.core.doctor import Status, check_model_dir, check_redis, exit_code, run_checks
+from rollgate.core.auth import require_bearer
 from rollgate.core.serving import serve_in_thread
 from rollgate.core.session_store import MemorySessionStore
 from rollgate.core.settings import ModelSettings, Settings
-from rollgate.gateway.auth import require_bearer
 from rollgate.resources_servers.app import create_resources_app
 from rollgate.resources_servers.base import EnvRuntime
 from tests.conftest import free_port

@@ -53,8 +53,8 @@ def series(samples, name: str, **match: str) -> dict[tuple, float]:
 @pytest.fixture(scope="module")
 def job():
     """Run one job on a fresh embedded gateway; yield (client, job_id, trajectories, metric samples)."""
-    from rollgate.gateway.embedded import build_app
     from rollgate.model_server.tiny import ensure_tiny_model
+    from rollgate.stack.embedded import build_app
 
     tiny = Settings().model.model_path
     ensure_tiny_model(tiny)  # built once per machine, then cached (the other e2e tests share it)

@@ -9,9 +9,9 @@ import pytest
 
 from rollgate.sandbox import SandboxError, make_provider
 from rollgate.sandbox.docker import DockerProvider
+from rollgate.sandbox.engine import CliSandbox, container_path
 from rollgate.sandbox.kubernetes import SANDBOX_LABEL, KubernetesProvider
 from rollgate.sandbox.pool import WarmPool
-from rollgate.sandbox.remote import CliSandbox, container_path
 
 LIMITS = {
     "memory_bytes": 256 * 2**20,

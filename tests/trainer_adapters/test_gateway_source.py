@@ -9,7 +9,7 @@ import pytest
 from rollgate.core.serving import serve_in_thread
 from rollgate.core.settings import Settings
 from rollgate.trainer_adapters.rollouts import GatewayRollouts
-from rollgate.trainer_adapters.tokens import segments
+from rollgate.core.tokens import segments
 from rollgate.trainer_adapters.trl import RollgateRolloutFunc, TaskIndex
 
 
@@ -27,7 +27,7 @@ def rows() -> list[dict]:
 
 @pytest.fixture
 def gateway_url(tiny_model_dir):
-    from rollgate.gateway.embedded import build_app
+    from rollgate.stack.embedded import build_app
 
     settings = Settings(envs=["math"], model={"backend": "scripted", "model_path": str(tiny_model_dir)})
     with serve_in_thread(build_app(settings)) as url:

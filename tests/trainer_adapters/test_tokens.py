@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rollgate.core.schemas import Outcome, Turn
-from rollgate.trainer_adapters.tokens import ContiguityError, flatten, trainable_sequence
+from rollgate.core.tokens import ContiguityError, flatten, trainable_sequence
 from tests.trainer_adapters import builders
 
 GOLDEN = json.loads((Path(__file__).parent / "fixtures" / "trl_rollout_3turn.json").read_text())

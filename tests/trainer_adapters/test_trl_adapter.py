@@ -66,7 +66,7 @@ def test_task_index_resolves_prompts_even_after_arrow_adds_none_keys():
     ds = index.dataset()
     assert len(ds) == 3 and ds[1]["task_id"] == "t1"
     prompt = [dict(m, tool_calls=None) for m in ds[1]["prompt"]]  # what a datasets round trip can add
-    assert index.resolve(prompt)["expected_answer"] == "2"
+    assert index.resolve(prompt).env_fields["expected_answer"] == "2"
     with pytest.raises(BadRequest) as info:
         index.resolve([{"role": "user", "content": "unknown"}])
     assert info.value.field == "prompt"
@@ -91,7 +91,7 @@ def test_plan_groups_repeated_prompts_and_keeps_batch_positions():
     func = RollgateRolloutFunc(source=None, tasks=index)  # type: ignore[arg-type]
     p = [x["prompt"] for x in index.dataset()]
     rows_, slots, _ = func._plan([p[0], p[0], p[2], p[2], p[0]])
-    assert [r["task_id"] for r in rows_] == ["t0", "t2"]
+    assert [r.task_id for r in rows_] == ["t0", "t2"]
     assert slots == [[0, 1, 4], [2, 3]]
     assert prompt_key(p[0]) != prompt_key(p[2])
 

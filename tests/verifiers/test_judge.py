@@ -11,9 +11,10 @@ from fastapi import FastAPI, HTTPException, Request
 
 from rollgate.core.errors import JudgeError, UpstreamError
 from rollgate.core.http import NO_RETRY
+from rollgate.core.items import response_text
 from rollgate.core.serving import serve_in_thread
 from rollgate.model_server.client import HttpModelClient
-from rollgate.verifiers.judge import LLMJudge, parse_score, response_text
+from rollgate.verifiers.judge import LLMJudge, parse_score
 
 
 def judge_app(seen: list[dict]) -> FastAPI:

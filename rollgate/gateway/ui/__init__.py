@@ -1,4 +1,5 @@
-"""The trajectory viewer: one static page (HTML + vanilla JS + CSS shipped as package data)
+"""The trajectory viewer: one static page (HTML + vanilla JS + CSS shipped as package data, the
+charts drawn as inline SVG by charts.js: no CDN, the page works offline)
 that reads the gateway's own JSON API from the browser. The server side only serves files;
 every byte of trajectory data reaches the page through the authenticated /v1/rollouts routes.
 """
@@ -17,6 +18,7 @@ from rollgate.core.errors import NotFound
 # name -> media type; a fixed table, so no request path ever reaches the file system.
 ASSETS: dict[str, str] = {
     "app.js": "text/javascript; charset=utf-8",
+    "charts.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
 }
 # The page loads nothing from other origins (no CDN) and runs no inline script: model output is

@@ -22,7 +22,7 @@ from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import Environment, ToolError, final_response_text, tool
 from rollgate.resources_servers.envs.code_harness import SOLUTION_FILE, HarnessReport, harness_source, judge
 from rollgate.resources_servers.envs.code_tasks import BY_ID, TASKS, CodeTask
-from rollgate.sandbox import ExecResult, SandboxError, SandboxProvider, make_provider
+from rollgate.sandbox import ExecResult, SandboxError, SandboxProvider, check_isolation, make_provider
 
 log = logging.getLogger(__name__)
 
@@ -126,13 +126,20 @@ class CodeEnv(Environment):
         max_tool_calls: int = 32,
         per_test_timeout_s: float = 2.0,
         metrics: Metrics | None = None,
+        allow_unisolated: bool = False,
         **provider_options: Any,
     ):
         if isinstance(provider, str):
             opts = dict(provider_options)
             if limits is not None:
                 opts["limits"] = limits
+            if provider == "remote":
+                # the service's default wall clock is what the client waits for; the service checks isolation
+                opts.pop("limits", None)
+                opts["allow_unisolated"] = allow_unisolated
             provider = make_provider(provider, metrics=metrics, **opts)
+        # Model-written code never runs unisolated by accident (issue 15): refuse to start instead.
+        check_isolation(provider, allow_unisolated=allow_unisolated)
         self.sandboxes = provider
         self.max_tool_calls = max_tool_calls
         self.per_test_timeout_s = per_test_timeout_s

@@ -7,7 +7,7 @@ const TOKEN_KEY = "rollgate.token";
 const MAX_RECORDS = 5000; // the list is for browsing; a trainer reads the full NDJSON itself
 const OUTCOMES = ["completed", "truncated", "env_error", "model_error", "timeout", "cancelled", "failure"];
 
-const state = { jobs: [], jobId: null, records: [], truncated: false, loadedJob: null };
+const state = { jobs: [], jobId: null, records: [], truncated: false, loadedJob: null, summary: null, report: null };
 const $ = (sel) => document.querySelector(sel);
 
 // ---- small DOM helper ------------------------------------------------------------------------
@@ -56,6 +56,22 @@ async function apiFetch(path) {
     throw new Error(path + ": " + msg);
   }
   return res;
+}
+
+// Finished jobs per policy version: training reward and evaluation headlines (GET /v1/rollouts/summary).
+async function loadSummary() {
+  state.summary = await (await apiFetch("/v1/rollouts/summary")).json();
+}
+
+// The evaluation report of an eval job; a running job answers 409 and is shown as such.
+async function loadReport(job) {
+  if (job?.purpose !== "eval") { state.report = null; return; }
+  if (state.report?.jobId === job.job_id && state.report.body) return;
+  const res = await fetch(API + "/v1/rollouts/" + encodeURIComponent(job.job_id) + "/report", { headers: authHeaders() });
+  let body = null;
+  try { body = await res.json(); } catch (_) { /* not JSON */ }
+  state.report = res.ok ? { jobId: job.job_id, body }
+                        : { jobId: job.job_id, error: body?.error?.message || res.status + " " + res.statusText };
 }
 
 async function loadJobs() {
@@ -108,7 +124,8 @@ function renderJobs() {
   tbody.replaceChildren(...state.jobs.map((j) => el("tr",
     { class: j.job_id === state.jobId ? "selected" : "", data: { job: j.job_id },
       onclick: () => writeHash({ job: j.job_id, traj: "" }) },
-    el("td", { class: "mono", title: j.job_id }, j.job_id),
+    el("td", { class: "mono", title: j.job_id }, j.purpose === "eval" ? el("span", { class: "badge eval" }, "eval") : "",
+      j.purpose === "eval" ? " " : "", j.job_id),
     el("td", { title: Object.entries(j.counts || {}).map(([k, v]) => k + ": " + v).join(", ") +
       (typeof j.mean_reward === "number" ? "; mean reward " + fmt(j.mean_reward) : "") }, j.state || j.status || ""),
     el("td", {}, jobProgress(j)))));
@@ -215,8 +232,14 @@ function renderTurns(turns) {
 
 function renderDetail(r) {
   const pane = $("#detail-pane");
-  if (!r) { pane.replaceChildren(el("p", { class: "muted" }, "Pick a trajectory.")); return; }
-  const parts = [el("h2", {}, r._failure ? "Failed task " : "Trajectory ", el("span", { class: "mono" }, r._id))];
+  if (!r) {
+    if (state.jobId) renderJobOverview(pane);
+    else pane.replaceChildren(el("p", { class: "muted" }, "Pick a job, then a trajectory."));
+    return;
+  }
+  const parts = [el("p", {}, el("a", { href: "#", id: "to-overview", onclick: (e) => { e.preventDefault(); writeHash({ traj: "" }); } },
+    "\u2190 job overview")),
+    el("h2", {}, r._failure ? "Failed task " : "Trajectory ", el("span", { class: "mono" }, r._id))];
   parts.push(el("div", { class: "headline" }, outcomeBadge(r.outcome),
     el("span", { class: "reward" }, "reward ", el("b", { id: "detail-reward" }, fmt(r.reward)))));
   if (r.error) {
@@ -247,6 +270,97 @@ function renderDetail(r) {
   pane.replaceChildren(...parts);
 }
 
+// ---- rendering: one job's charts (from the records loaded for the list) and its eval report --
+const ci = (m) => (m ? fmt(m.value) + " [" + fmt(m.ci[0]) + ", " + fmt(m.ci[1]) + "]" : "—");
+
+function renderJobOverview(pane) {
+  const job = state.jobs.find((j) => j.job_id === state.jobId) || { job_id: state.jobId };
+  const parts = [el("h2", {}, job.purpose === "eval" ? "Evaluation job " : "Job ", el("span", { class: "mono" }, job.job_id))];
+  parts.push(kv([["purpose", job.purpose], ["state", job.state], ["policy version", job.policy_version],
+    ["model", job.model], ["records", jobProgress(job)], ["mean reward", typeof job.mean_reward === "number" ? fmt(job.mean_reward) : null],
+    ["k / threshold", job.eval ? job.eval.k + " / reward \u2265 " + job.eval.threshold : null]]));
+  const rewards = state.records.map((r) => r.reward).filter((x) => typeof x === "number");
+  const note = state.truncated ? " (first " + MAX_RECORDS + " records)" : "";
+  parts.push(el("h3", {}, "Reward histogram" + note));
+  if (rewards.length) {
+    parts.push(el("div", { id: "hist", class: "chart-box" }, histogram({ values: rewards, bins: 10,
+      lo: Math.min(0, ...rewards), hi: Math.max(1, ...rewards) })));
+  } else parts.push(el("p", { class: "muted", id: "hist" }, "no record with a reward yet"));
+  const byEnv = new Map();
+  for (const r of state.records) {
+    const env = r.task?.env || "(no env)";
+    const counts = byEnv.get(env) || {};
+    counts[r.outcome] = (counts[r.outcome] || 0) + 1;
+    byEnv.set(env, counts);
+  }
+  parts.push(el("h3", {}, "Outcomes per environment" + note));
+  if (byEnv.size) {
+    parts.push(el("div", { id: "outcomes", class: "chart-box" }, stackedBars({ keys: OUTCOMES,
+      rows: [...byEnv.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([label, counts]) => ({ label, counts })) })));
+  } else parts.push(el("p", { class: "muted", id: "outcomes" }, "no records yet"));
+  if (job.purpose === "eval") parts.push(el("h3", {}, "Evaluation report"), renderReport(state.report));
+  pane.replaceChildren(...parts);
+}
+
+function renderReport(rep) {
+  if (!rep) return el("p", { class: "muted" }, "loading…");
+  if (rep.error) return el("p", { class: "muted", id: "report" }, rep.error);
+  const body = rep.body;
+  const ks = body.config.pass_k;
+  const kMax = Math.max(...ks);
+  const cols = ["env", "tasks", "samples", "failed", "mean reward", "pass@1", ...(kMax > 1 ? ["pass@" + kMax] : [])];
+  const row = (name, b) => el("tr", { data: { env: name } }, el("td", {}, name), el("td", { class: "num" }, b.tasks),
+    el("td", { class: "num" }, b.samples), el("td", { class: "num" }, b.failed_samples),
+    el("td", { class: "num" }, ci(b.mean_reward)), el("td", { class: "num" }, ci(b["pass@1"])),
+    ...(kMax > 1 ? [el("td", { class: "num" }, ci(b["pass@" + kMax]))] : []));
+  return el("div", { id: "report" },
+    el("p", { class: "muted" }, "model " + (body.model.name ?? "?") + ", policy version " + (body.model.policy_version ?? "—") +
+      "; correct: " + body.config.correct + "; 95% bootstrap intervals over tasks; failed samples excluded, not wrong."),
+    el("table", { class: "report" }, el("thead", {}, el("tr", {}, cols.map((c) => el("th", {}, c)))),
+      el("tbody", {}, Object.entries(body.envs).map(([n, b]) => row(n, b)), row("overall", body.overall))));
+}
+
+// ---- rendering: the learning curve across jobs ------------------------------------------------
+// Training reward per policy version beside the latest evaluation of that version.
+function renderLearning() {
+  const versions = state.summary?.versions || [];
+  const cats = versions.map((v) => v.policy_version ?? "(none)");
+  const latest = (v) => [...v.eval].reverse().find((e) => e.mean_reward);
+  const pts = (pick) => versions.map((v, i) => pick(v, i)).filter(Boolean);
+  const train = pts((v, i) => (typeof v.train?.mean_reward === "number"
+    ? { i, y: v.train.mean_reward, title: `train @ ${cats[i]}: ${fmt(v.train.mean_reward)} over ${v.train.rewarded} records, ${v.train.jobs} jobs` } : null));
+  const evalPoint = (key) => (v, i) => {
+    const m = latest(v)?.[key];
+    return m ? { i, y: m.value, lo: m.ci[0], hi: m.ci[1], title: `eval ${key} @ ${cats[i]}: ${ci(m)} over ${m.tasks} tasks` } : null;
+  };
+  const box = $("#curve");
+  if (!versions.length) {
+    box.replaceChildren(el("p", { class: "muted" }, "no finished job yet: the curve appears when jobs end"));
+  } else {
+    box.replaceChildren(lineChart({ categories: cats, yLabel: "reward", series: [
+      { name: "train mean reward", cls: "s-train", marker: "circle", line: true, points: train },
+      { name: "eval mean reward", cls: "s-eval", marker: "square", line: true, points: pts(evalPoint("mean_reward")) },
+      { name: "eval pass@1", cls: "s-pass", marker: "diamond", line: true, points: pts(evalPoint("pass@1")) },
+    ] }));
+  }
+  const rows = versions.flatMap((v, i) => {
+    const evals = v.eval.length ? v.eval : [null];
+    return evals.map((e, j) => el("tr", { data: { version: cats[i] } },
+      el("td", {}, j === 0 ? cats[i] : ""),
+      el("td", { class: "num" }, j === 0 && v.train ? v.train.jobs : ""),
+      el("td", { class: "num" }, j === 0 && v.train ? fmt(v.train.mean_reward) : ""),
+      el("td", { class: "mono" }, e ? el("a", { href: "#job=" + encodeURIComponent(e.job_id) }, e.job_id) : "—"),
+      el("td", { class: "num" }, e ? ci(e.mean_reward) : ""),
+      el("td", { class: "num" }, e ? ci(e["pass@1"]) : ""),
+      el("td", { class: "num" }, e && e.pass_k > 1 ? "@" + e.pass_k + " " + ci(e["pass@" + e.pass_k]) : ""),
+      el("td", { class: "num" }, e && e.samples !== undefined ? e.failed_samples + "/" + e.samples : e?.report || "")));
+  });
+  $("#versions tbody").replaceChildren(...rows);
+  const s = state.summary || {};
+  $("#learning-summary").textContent = (s.finished_jobs ?? 0) + " finished jobs over " + versions.length +
+    " policy versions" + (s.running_jobs ? "; " + s.running_jobs + " running (not plotted)" : "");
+}
+
 // ---- the controller --------------------------------------------------------------------------
 function showError(err) {
   const b = $("#banner");
@@ -259,12 +373,20 @@ async function route() {
   const h = readHash();
   document.body.dataset.state = "loading";
   $("#banner").hidden = true;
+  document.body.dataset.view = h.view === "learning" ? "learning" : "jobs";
   try {
+    if (h.view === "learning") {
+      await loadSummary();
+      renderLearning();
+      document.body.dataset.state = "ready";
+      return;
+    }
     if (!state.jobs.length || !h.job) await loadJobs();
     state.jobId = h.job || null;
     renderJobs();
     if (state.jobId && state.loadedJob !== state.jobId) await loadResults(state.jobId);
     if (state.jobId) renderList();
+    if (state.jobId && !h.traj) await loadReport(state.jobs.find((j) => j.job_id === state.jobId));
     renderDetail(state.jobId ? state.records.find((r) => r._id === h.traj) : null);
     document.body.dataset.state = "ready";
   } catch (err) {
@@ -280,7 +402,8 @@ function init() {
     state.jobs = []; state.loadedJob = null;
     route();
   });
-  $("#refresh").addEventListener("click", () => { state.jobs = []; state.loadedJob = null; route(); });
+  $("#refresh").addEventListener("click", () => { state.jobs = []; state.loadedJob = null; state.report = null; route(); });
+  $("#learning-refresh").addEventListener("click", () => route());
   const onFilter = () => writeHash({ env: $("#f-env").value, outcome: $("#f-outcome").value,
                                      rmin: $("#f-rmin").value, rmax: $("#f-rmax").value });
   for (const id of ["#f-env", "#f-outcome", "#f-rmin", "#f-rmax"]) $(id).addEventListener("change", onFilter);

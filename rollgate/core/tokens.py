@@ -66,7 +66,9 @@ def segments(turns: Sequence[Turn]) -> list[Segment]:
         prompt = turn.prompt_token_ids
         if prompt[: len(seen)] != seen:
             where = next(
-                (i for i, (a, b) in enumerate(zip(prompt, seen, strict=False)) if a != b), min(len(prompt), len(seen))
+                # The two differ in length here: compare their common prefix only.
+                (i for i, (a, b) in enumerate(zip(prompt, seen, strict=False)) if a != b),
+                min(len(prompt), len(seen)),
             )
             raise ContiguityError(
                 k,

@@ -12,10 +12,12 @@ import secrets
 import socket
 from typing import Any, Protocol
 
+from rollgate.agent_server.agent import RunContext
 from rollgate.core.errors import RollgateError, UpstreamError
 from rollgate.core.metrics import Metrics
+from rollgate.core.rows import Task
 from rollgate.core.schemas import ErrorInfo, ErrorKind, FailureRecord, Trajectory
-from rollgate.gateway.queue import Claim, JobQueue, TaskEnvelope
+from rollgate.jobs.queue import Claim, JobQueue, TaskEnvelope
 
 log = logging.getLogger("rollgate.worker")
 
@@ -23,7 +25,7 @@ log = logging.getLogger("rollgate.worker")
 class EpisodeRunner(Protocol):
     """What the worker needs from the agent (rollgate.agent_server.agent.Agent)."""
 
-    async def run(self, row: dict[str, Any], ctx: Any = None, *, env: str | None = None) -> Trajectory: ...
+    async def run(self, task: Task, ctx: RunContext | None = None) -> Trajectory: ...
 
 
 def worker_name() -> str:
@@ -31,15 +33,13 @@ def worker_name() -> str:
 
 
 def failure_record(task: TaskEnvelope, info: ErrorInfo) -> dict[str, Any]:
-    return FailureRecord(task_id=task.task_id, line=task.index, job_id=task.job_id, error=info).model_dump(
+    return FailureRecord(task_id=task.task_id, row_index=task.index, job_id=task.job_id, error=info).model_dump(
         mode="json", exclude_none=True
     )
 
 
 async def run_task(agent: EpisodeRunner, task: TaskEnvelope, cancel: asyncio.Event | None = None) -> dict[str, Any]:
     """One episode -> its record. Never raises: every task must yield a record."""
-    from rollgate.agent_server.agent import RunContext
-
     ctx = RunContext(
         job_id=task.job_id,
         group_id=task.group_id,
@@ -48,9 +48,11 @@ async def run_task(agent: EpisodeRunner, task: TaskEnvelope, cancel: asyncio.Eve
         sampling=dict(task.sampling),
         cancel=cancel,
     )
+    # Parsed when the job was submitted (rollgate.jobs.plan): rebuilt here without re-validation.
+    parsed = Task.trusted(task.row, task_id=task.task_id, env=task.env, row_index=task.index)
     try:
-        traj = await agent.run(task.row, ctx, env=task.env)
-    except RollgateError as exc:  # a row the agent refuses (malformed, unknown environment)
+        traj = await agent.run(parsed, ctx)
+    except RollgateError as exc:  # a task the agent refuses (e.g. an environment it does not run)
         return failure_record(task, exc.info())
     except Exception as exc:  # a bug: record it against the task rather than lose the task
         log.exception("agent crashed on task %s of job %s", task.key, task.job_id, extra={"job_id": task.job_id})
@@ -60,10 +62,7 @@ async def run_task(agent: EpisodeRunner, task: TaskEnvelope, cancel: asyncio.Eve
                 kind=ErrorKind.internal, component="agent", message=f"agent crashed: {type(exc).__name__}: {exc}"
             ),
         )
-    record = traj.model_dump(mode="json")
-    record["job_id"] = task.job_id
-    record["policy"]["policy_version"] = task.policy_version
-    return record
+    return traj.model_dump(mode="json")
 
 
 class Worker:
@@ -83,7 +82,7 @@ class Worker:
         self.agent = agent
         self.concurrency = concurrency
         self.name = name or worker_name()
-        self.metrics = metrics
+        self.metrics = metrics if metrics is not None else Metrics.off()
         self.block_s = block_s
         self._inflight: dict[str, tuple[Claim, asyncio.Event, asyncio.Task]] = {}
         self._stopping = asyncio.Event()
@@ -111,9 +110,8 @@ class Worker:
             try:
                 claims = await self.queue.claim(self.name, free, block_s=self.block_s)
                 backoff = 0.1
-                if self.metrics is not None:
-                    # A claim past its first attempt was taken over from a worker presumed dead.
-                    self.metrics.queue_reclaims.inc(sum(1 for c in claims if c.attempt > 1))
+                # A claim past its first attempt was taken over from a worker presumed dead.
+                self.metrics.queue_reclaims.inc(sum(1 for c in claims if c.attempt > 1))
             except Exception as exc:  # noqa: BLE001 - a worker must outlive a queue hiccup
                 if isinstance(exc, UpstreamError):
                     log.warning("worker %s cannot reach the queue: %s; retrying in %.1fs", self.name, exc, backoff)

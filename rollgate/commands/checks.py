@@ -8,7 +8,6 @@ report on the others. Nothing here changes state: PING, GET, file reads and prob
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import json
 import time
@@ -19,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from pydantic import BaseModel
 
-from rollgate.core.settings import DEFAULT_HOME, Settings
+from rollgate.core.settings import Settings
 
 
 class Status(str, enum.Enum):
@@ -58,7 +57,7 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -94,7 +93,7 @@ async def check_redis(url: str | None, timeout_s: float) -> CheckResult:
     except (RedisError, OSError) as exc:
         return fail(
             "redis",
-            f"cannot reach {shown}: {_describe(exc)}",
+            f"cannot reach {shown}: {describe_error(exc)}",
             "start Redis (e.g. `redis-server --port 6379`) or point --redis-url / ROLLGATE_REDIS_URL "
             "at a running server",
         )
@@ -124,7 +123,7 @@ async def check_http_service(
         try:
             resp = await client.get(base + path, headers=headers)
         except httpx.HTTPError as exc:
-            return fail(name, f"cannot reach {shown}{path}: {_describe(exc)}", fix), None
+            return fail(name, f"cannot reach {shown}{path}: {describe_error(exc)}", fix), None
         if resp.status_code == 401:
             return fail(
                 name,
@@ -232,22 +231,65 @@ async def check_env_url(
 
 
 def check_env_local(env: str) -> CheckResult:
-    from rollgate.resources_servers.registry import env_names, load_env
+    from rollgate.resources_servers.registry import env_names, load_env, unknown_message
 
     name = f"env:{env}"
-    if env not in env_names():
-        return fail(name, f"unknown environment {env!r}", f"use one of: {', '.join(env_names())} (setting envs)")
+    if env not in env_names(available_only=False):
+        known = env_names(available_only=False)
+        message = unknown_message(env, known)
+        return fail(name, message.split(" (known:")[0], f"set envs to known ones ({message.split('(known: ')[-1]}")
     try:
         loaded = load_env(env)
         tools = loaded.tool_schemas()
     except Exception as exc:  # an environment's import or constructor failing is exactly what we report
         return fail(
             name,
-            f"cannot load in-process: {_describe(exc)}",
+            f"cannot load in-process: {describe_error(exc)}",
             "reinstall Rollgate (`pip install -e .`) and read the traceback: "
             f"python -c \"from rollgate.resources_servers.registry import load_env; load_env('{env}')\"",
         )
     return ok(name, f"loads in-process, {len(tools)} tool(s)")
+
+
+def check_env_pattern(pattern: str) -> CheckResult:
+    """A glob of setting envs ("*", "reasoning_gym/*"): every environment it selects builds."""
+    from rollgate.resources_servers.registry import default_registry
+
+    name = f"envs:{pattern}"
+    registry = default_registry()
+    try:
+        names = registry.resolve([pattern])
+    except Exception as exc:  # an unmatched pattern is the finding
+        return fail(name, describe_error(exc), "see `rollgate envs` for what is installed and available")
+    failed = []
+    for env in names:
+        try:
+            registry.load(env)
+        except Exception as exc:  # one environment failing to build is reported with the others
+            failed.append(f"{env}: {describe_error(exc)}")
+    if failed:
+        return fail(name, f"{len(failed)} of {len(names)} do not load: {'; '.join(failed[:3])}", "see `rollgate envs`")
+    return ok(name, f"{len(names)} environments load in-process")
+
+
+def check_plugins() -> CheckResult:
+    """Entry points of group rollgate.environments that fail to load (a broken plugin)."""
+    from rollgate.resources_servers.registry import default_registry
+
+    registry = default_registry()
+    broken = registry.broken
+    specs = registry.specs()
+    if not any(s.source.split(" = ")[0] in ("math", "reasoning_gym") for s in specs.values()):
+        return fail(
+            "plugins",
+            "Rollgate's own environments are missing from the entry points (install metadata predates them)",
+            "reinstall Rollgate: `pip install -e .` (or `pip install rollgate`)",
+        )
+    if broken:
+        detail = "; ".join(f"{b.entry_point} ({b.distribution}): {b.error}" for b in broken)
+        return fail("plugins", f"{len(broken)} environment plugin(s) fail to load: {detail}", "fix or uninstall them")
+    unavailable = sum(not s.available for s in specs.values())
+    return ok("plugins", f"{len(specs)} environments ({unavailable} not available here: `rollgate envs`)")
 
 
 def default_tiny_path(settings: Settings) -> Path:
@@ -270,7 +312,7 @@ def check_model_dir(name: str, path: Path, *, missing_is_fail: bool) -> CheckRes
     except (OSError, ValueError) as exc:
         return fail(
             name,
-            f"{path}/config.json unreadable: {_describe(exc)}",
+            f"{path}/config.json unreadable: {describe_error(exc)}",
             "the directory is not a complete transformers model: rebuild or re-copy it",
         )
     try:
@@ -280,7 +322,7 @@ def check_model_dir(name: str, path: Path, *, missing_is_fail: bool) -> CheckRes
     except Exception as exc:  # tokenizers raises its own untyped exceptions
         return fail(
             name,
-            f"{path}/tokenizer.json does not load: {_describe(exc)}",
+            f"{path}/tokenizer.json does not load: {describe_error(exc)}",
             "rebuild the model directory (the tokenizer file is damaged or missing)",
         )
     weights = sorted(p.name for p in path.glob("*.safetensors")) or sorted(p.name for p in path.glob("*.bin"))
@@ -295,7 +337,7 @@ def check_sandbox() -> CheckResult:
     except ImportError as exc:
         return warn(
             "sandbox",
-            f"the sandbox package offers no isolation check ({_describe(exc)})",
+            f"the sandbox package offers no isolation check ({describe_error(exc)})",
             "reinstall Rollgate (`pip install -e .`)",
         )
     report = doctor_check()
@@ -326,96 +368,3 @@ def check_config(settings: Settings, config_file: str | None) -> CheckResult:
 
 
 Check = Callable[[], Awaitable[CheckResult]]
-
-
-async def _timed(name: str, check: Check, timeout_s: float) -> CheckResult:
-    started = time.perf_counter()
-    try:
-        result = await asyncio.wait_for(check(), timeout_s)
-    except TimeoutError:
-        result = fail(name, f"no answer within {timeout_s:g}s", "the part hangs or the address is wrong")
-    except Exception as exc:  # a crashing check is reported, not raised: the others still print
-        result = fail(name, f"the check itself crashed: {_describe(exc)}", "please report this as a bug")
-    result.elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
-    return result
-
-
-def _in_thread(fn: Callable[..., CheckResult], *args, **kwargs) -> Check:
-    # file reads, imports and subprocess probes block: keep them off the loop the HTTP checks use
-    return lambda: asyncio.to_thread(fn, *args, **kwargs)
-
-
-async def run_checks(
-    settings: Settings, *, config_file: str | None = None, gateway_url: str | None = None, timeout_s: float = 5.0
-) -> list[CheckResult]:
-    """Every check that applies to `settings`, in a stable order."""
-    gateway_url = gateway_url or settings.gateway_url
-    # Our token goes to our own services only, never to an upstream (vLLM, OpenAI) server.
-    auth = {"authorization": f"Bearer {settings.api_key}"} if settings.api_key else None
-    async with httpx.AsyncClient(timeout=timeout_s) as client:
-        checks: list[tuple[str, Check]] = [
-            ("config", _in_thread(check_config, settings, config_file)),
-            ("redis", lambda: check_redis(settings.redis_url, timeout_s)),
-        ]
-        if gateway_url:
-            checks.append(("gateway", lambda: check_gateway(gateway_url, client, auth)))
-        checks.extend(_model_checks(settings, client, auth))
-        for env in dict.fromkeys([*settings.envs, *settings.env_urls]):
-            urls = settings.env_urls.get(env)
-            if urls:
-                checks.extend((f"env:{env}", (lambda e=env, u=u: check_env_url(e, u, client, auth))) for u in urls)
-            else:
-                checks.append((f"env:{env}", _in_thread(check_env_local, env)))
-        # the probe forks a few short processes; 10 s covers a slow host
-        checks.append(("sandbox", _in_thread(check_sandbox)))
-        return list(
-            await asyncio.gather(
-                *(_timed(n, c, max(timeout_s, 10.0) if n == "sandbox" else timeout_s) for n, c in checks)
-            )
-        )
-
-
-def _model_checks(
-    settings: Settings, client: httpx.AsyncClient, auth: dict[str, str] | None
-) -> list[tuple[str, Check]]:
-    m = settings.model
-    tiny = default_tiny_path(settings)
-    out: list[tuple[str, Check]] = []
-    if settings.model_url:
-        out.append(
-            ("model", lambda: check_remote_model("model", settings.model_url, client, m.served_name, headers=auth))
-        )
-    elif m.backend == "local":
-        path = Path(m.model_path)
-        # The default model path is the tiny model, which the server builds when missing.
-        is_tiny = path in (tiny, DEFAULT_HOME / "tiny-model")
-        out.append(("model", _in_thread(check_model_dir, "model", path, missing_is_fail=not is_tiny)))
-        if is_tiny:
-            return out
-    elif m.backend in ("vllm", "openai"):
-        if not m.upstream_urls:
-            out.append(
-                (
-                    "model",
-                    _in_thread(
-                        lambda: fail("model", f"backend {m.backend} has no upstream server", "set model.upstream_urls")
-                    ),
-                )
-            )
-        for i, url in enumerate(m.upstream_urls):
-            out.append(
-                (
-                    f"model[{i}]",
-                    lambda u=url, i=i: check_remote_model(
-                        f"model[{i}]", u, client, m.upstream_model, upstream=True, api_key=m.upstream_api_key
-                    ),
-                )
-            )
-    else:
-        out.append(("model", _in_thread(lambda: ok("model", f"backend {m.backend} (no server to check)"))))
-    out.append(("tiny-model", _in_thread(check_model_dir, "tiny-model", tiny, missing_is_fail=False)))
-    return out
-
-
-def exit_code(results: list[CheckResult]) -> int:
-    return 1 if any(r.status is Status.fail for r in results) else 0

@@ -7,11 +7,15 @@ authenticated API with the token the user types in)."""
 from __future__ import annotations
 
 import hmac
+import logging
 
 from fastapi import FastAPI, Request
 
 from rollgate.core.app import FastJSONResponse
 from rollgate.core.errors import Unauthorized
+from rollgate.core.settings import Settings
+
+log = logging.getLogger("rollgate.auth")
 
 OPEN_PATHS = ("/healthz", "/metrics", "/openapi.json", "/docs")
 OPEN_PREFIXES = ("/ui",)
@@ -51,3 +55,13 @@ def auth_required_but_missing(role: str) -> str:
         f"rollgate serve --role {role} needs an API token: set ROLLGATE_API_KEY (or api_key in the config "
         "file), or disable auth explicitly with --no-auth / ROLLGATE_GATEWAY__AUTH=false"
     )
+
+
+def auth_key(settings: Settings, role: str) -> str | None:
+    """The token this role enforces; refuses to run open unless auth was switched off explicitly."""
+    if not settings.gateway.auth:
+        log.warning("auth is disabled (gateway.auth=false): anyone who can reach port %d can use it", settings.port)
+        return None
+    if not settings.api_key:
+        raise SystemExit(auth_required_but_missing(role))
+    return settings.api_key

@@ -37,6 +37,17 @@ from rollgate.core.schemas import (
 DEFAULT_MAX_ATTEMPTS = 3
 
 JobState = Literal["running", "done", "cancelled"]
+# What a job is for: "train" batches feed a trainer; "eval" jobs measure a policy version and
+# have an evaluation report (GET /v1/rollouts/{job}/report).
+JobPurpose = Literal["train", "eval"]
+
+
+class EvalOptions(BaseModel):
+    """How an evaluation job is scored (the same meaning as `rollgate eval`'s flags)."""
+
+    k: int  # samples per task (the job's repeats)
+    threshold: float = 1.0  # a sample is correct when reward >= threshold
+    pass_k: list[int] = Field(default_factory=list)  # the k values of pass@k / majority@k
 
 
 class TaskEnvelope(BaseModel):
@@ -47,10 +58,9 @@ class TaskEnvelope(BaseModel):
     index: int  # position of the row in the submitted job
     sample_index: int = 0
     group_id: str
-    task_id: str  # the row's task_id, else the agent's stable id of the row
-    row: dict[str, Any]
+    task_id: str  # the row's task_id, else its stable id (rollgate.core.rows)
+    row: dict[str, Any]  # parsed once at submission: workers rebuild it with Task.trusted
     env: str
-    agent: str | None = None
     sampling: dict[str, Any] = Field(default_factory=dict)
     policy_version: str | None = None
 
@@ -62,10 +72,11 @@ class JobSpec(BaseModel):
     num_rows: int
     repeats: int = 1
     env: str | None = None
-    agent: str | None = None
     policy_version: str | None = None
     sampling: dict[str, Any] = Field(default_factory=dict)
     model: str = "unknown"
+    purpose: JobPurpose = "train"
+    eval: EvalOptions | None = None
 
 
 class JobProgress(BaseModel):
@@ -81,6 +92,10 @@ class JobProgress(BaseModel):
     finished_at: float | None = None
     env: str | None = None
     policy_version: str | None = None
+    # Additive (older stored specs read as a training job of an unknown model).
+    model: str | None = None
+    purpose: JobPurpose = "train"
+    eval: EvalOptions | None = None
 
     @property
     def finished(self) -> bool:
@@ -140,6 +155,7 @@ def cancelled_record(task: TaskEnvelope, spec: JobSpec) -> dict[str, Any]:
     traj = Trajectory(
         group_id=task.group_id,
         sample_index=task.sample_index,
+        row_index=task.index,
         job_id=task.job_id,
         task=TaskRef(env=task.env, task_id=task.task_id, seed=task.row.get("seed"), row=task.row),
         policy=PolicyRef(model=spec.model, policy_version=task.policy_version, sampling=task.sampling),
@@ -155,7 +171,7 @@ def abandoned_record(task: TaskEnvelope, attempts: int) -> dict[str, Any]:
     """A task every worker that claimed it died on: fail it rather than kill more workers."""
     return FailureRecord(
         task_id=task.task_id,
-        line=task.index,
+        row_index=task.index,
         job_id=task.job_id,
         error=ErrorInfo(
             kind=ErrorKind.internal,
@@ -189,4 +205,7 @@ def progress_from(
         finished_at=finished_at,
         env=spec.env,
         policy_version=spec.policy_version,
+        model=spec.model,
+        purpose=spec.purpose,
+        eval=spec.eval,
     )

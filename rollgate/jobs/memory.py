@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollgate.core.errors import CapacityError, NotFound
-from rollgate.gateway.queue import (
+from rollgate.jobs.queue import (
     DEFAULT_MAX_ATTEMPTS,
     Claim,
     JobProgress,

@@ -1,4 +1,4 @@
-"""Replicas of one upstream: round robin, and skipping a replica that refuses connections.
+"""An environment client over its replicas: round robin, skipping a replica that refuses connections.
 
 Every replica of an environment shares the session store, so any replica can serve any call of
 any session: calls are spread per call, not pinned per episode, and a dead replica costs one
@@ -6,33 +6,18 @@ refused connection instead of failing the episodes pinned to it."""
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from rollgate.core.errors import UpstreamError
 from rollgate.core.http import RetryPolicy
+from rollgate.core.replicas import ReplicaSet
 from rollgate.core.schemas import SeedResponse, ToolOutput, VerifyRequest, VerifyResult
 from rollgate.resources_servers.client import HttpEnvClient
 
 log = logging.getLogger("rollgate.replicas")
 T = TypeVar("T")
-
-
-class ReplicaSet:
-    """Round robin over the base URLs of one upstream."""
-
-    def __init__(self, urls: list[str]):
-        if not urls:
-            raise ValueError("a replica set needs at least one URL")
-        self.urls = [u.rstrip("/") for u in urls]
-        self._next = itertools.cycle(range(len(self.urls)))
-
-    def order(self) -> list[str]:
-        """Every replica once, starting with the next in turn."""
-        start = next(self._next)
-        return self.urls[start:] + self.urls[:start]
 
 
 class ReplicatedEnvClient:
@@ -48,7 +33,7 @@ class ReplicatedEnvClient:
         retry: RetryPolicy | None = None,
     ):
         self.name = name
-        self.replicas = ReplicaSet(urls)
+        self.replicas = ReplicaSet(urls, what=f"env {name}")
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
         self._clients = {
             u: HttpEnvClient(name, u, timeout_s=timeout_s, headers=headers, retry=retry) for u in self.replicas.urls
@@ -70,8 +55,8 @@ class ReplicatedEnvClient:
     async def tools(self) -> list[dict[str, Any]]:
         return await self._each(lambda c: c.tools())
 
-    async def seed(self, row, *, timeout_s=None) -> SeedResponse:
-        return await self._each(lambda c: c.seed(row, timeout_s=timeout_s))
+    async def seed(self, task, *, timeout_s=None) -> SeedResponse:
+        return await self._each(lambda c: c.seed(task, timeout_s=timeout_s))
 
     async def call_tool(self, session_id, name, arguments, *, timeout_s=None) -> ToolOutput:
         return await self._each(lambda c: c.call_tool(session_id, name, arguments, timeout_s=timeout_s))

@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from pydantic import ValidationError
-
-from rollgate.agent_server.items import stable_task_id
+from rollgate.client.gateway import RolloutClient
 from rollgate.core import jsonutil
-from rollgate.core.schemas import ErrorInfo, ErrorKind, FailureRecord, TaskRow
-from rollgate.gateway.client import RolloutClient
+from rollgate.core.errors import BadRequest
+from rollgate.core.rows import parse_row
+from rollgate.core.schemas import ErrorInfo, ErrorKind, FailureRecord
 
 log = logging.getLogger("rollgate.collect")
 
@@ -95,36 +94,12 @@ def read_tasks(path: Path, *, default_env: str | None, known_envs: list[str]) ->
                 bad.append(_failure(lineno, f"line {lineno}: a task row must be a JSON object", "line"))
                 continue
             try:
-                task = TaskRow.model_validate(data)
-            except ValidationError as exc:
-                e = exc.errors()[0]
-                where = ".".join(str(x) for x in e.get("loc", ())) or "row"
-                bad.append(
-                    _failure(
-                        lineno,
-                        f"line {lineno}: {where}: {e.get('msg')}",
-                        where,
-                        data.get("task_id") if isinstance(data.get("task_id"), str) else None,
-                    )
-                )
+                task = parse_row(data, env=default_env, known_envs=known_envs, component="collect")
+            except BadRequest as exc:
+                task_id = data.get("task_id") if isinstance(data.get("task_id"), str) else None
+                bad.append(_failure(lineno, f"line {lineno}: {exc.message}", exc.field or "row", task_id))
                 continue
-            task_id = task.task_id or stable_task_id(task.row())
-            env = task.env or default_env
-            if env is None:
-                bad.append(_failure(lineno, f"line {lineno}: the row names no environment; pass --env", "env", task_id))
-                continue
-            if env not in known_envs:
-                bad.append(
-                    _failure(
-                        lineno,
-                        f"line {lineno}: unknown environment {env!r}; the gateway serves: "
-                        f"{', '.join(sorted(known_envs))}",
-                        "env",
-                        task_id,
-                    )
-                )
-                continue
-            rows.append(PlannedRow(line=lineno, task_id=task_id, env=env, row=data))
+            rows.append(PlannedRow(line=lineno, task_id=task.task_id, env=task.env, row=data))
     return rows, bad
 
 
@@ -238,7 +213,7 @@ def _drain(
             _write(out_f, record)
             stats.add(record)
         elif kind == "failure":
-            index = record.get("line")
+            index = record.get("row_index")
             if isinstance(index, int) and 0 <= index < len(batch):
                 record["line"] = batch[index].line  # the job's row index -> the file's line number
             _write(fail_f, record)

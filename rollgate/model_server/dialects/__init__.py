@@ -1,0 +1,67 @@
+"""API dialects of the model server, one module each (Chat Completions, Anthropic Messages; the
+Responses API is the internal form itself, answered by the service). A dialect converts its
+request to a Responses body plus the options Responses has no field for, calls the service
+(`prepare`, `complete`, `complete_stream`) and converts the Choices back, so adding an API is one
+file and every API shares the engine, token-in/token-out and token capture."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from rollgate.core import jsonutil
+from rollgate.core.errors import BadRequest
+
+COMPONENT = "model"
+# pydantic names union members in error locations ("str", "list[TextPart]"): not field names
+_TYPE_TAG = {"str", "int", "float", "bool", "none", "dict", "list"}
+
+
+def field_path(loc: tuple[Any, ...] | list[Any], skip: frozenset[str] = frozenset()) -> str:
+    """("messages", 2, "content") -> "messages[2].content"; `skip`: tags of tagged unions."""
+    path = ""
+    for p in loc:
+        if isinstance(p, int):
+            path += f"[{p}]"
+        elif isinstance(p, str) and (p in _TYPE_TAG or p in skip or "[" in p or "-" in p):
+            continue
+        else:
+            path += f".{p}"
+    return path.lstrip(".") or "body"
+
+
+def validate(model: type[BaseModel], body: Any, skip: frozenset[str] = frozenset()) -> Any:
+    """A request model, or a 400 naming the deepest offending field."""
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object", component=COMPONENT, field="body")
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        err = max(exc.errors(), key=lambda e: len(e.get("loc", ())))
+        field = field_path(err.get("loc", ()), skip)
+        raise BadRequest(f"{field}: {err.get('msg', 'invalid')}", component=COMPONENT, field=field) from None
+
+
+def unsupported(field: str, why: str) -> BadRequest:
+    return BadRequest(f"{field}: {why}", component=COMPONENT, field=field)
+
+
+def sse_data(obj: Any) -> bytes:
+    return b"data: " + jsonutil.dumps(obj) + b"\n\n"
+
+
+def sse_event(kind: str, obj: Any) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + jsonutil.dumps(obj) + b"\n\n"
+
+
+def token_fields(gen: Any) -> dict[str, Any]:
+    """Training mode: the call's token data under NeMo Gym's names (as on Responses items)."""
+    if gen is None or gen.token_ids is None:
+        return {}
+    return {
+        "prompt_token_ids": gen.prompt_ids,
+        "generation_token_ids": gen.token_ids,
+        "generation_log_probs": gen.log_probs or [0.0] * len(gen.token_ids),
+        "weight_version": gen.weight_version,
+    }

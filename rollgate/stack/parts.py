@@ -1,0 +1,129 @@
+"""Model client + environments + agent, built once for every shape that runs episodes:
+
+- `local_stack`: everything in this process: the embedded shape (role all) and a trainer's
+  in-process rollouts (it passes its own model service, weights shared). Environments get their
+  settings-derived options (e.g. the `code` environment's sandbox) through `make_runtime`.
+- `remote_stack`: the agent role: the model server and the environment replicas over HTTP.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollgate.agent_server.agent import Agent
+from rollgate.core.errors import RollgateError
+from rollgate.core.http import RetryPolicy
+from rollgate.core.metrics import Metrics
+from rollgate.core.settings import Settings
+from rollgate.model_server.client import HttpModelClient, LocalModelClient
+from rollgate.model_server.service import ModelService
+from rollgate.resources_servers.base import EnvRuntime
+from rollgate.resources_servers.client import LocalEnvClient
+from rollgate.resources_servers.registry import resolve_envs
+from rollgate.resources_servers.replicas import ReplicatedEnvClient
+from rollgate.resources_servers.server import make_runtime
+
+log = logging.getLogger("rollgate.stack")
+
+
+@dataclass
+class Stack:
+    agent: Agent
+    runtimes: dict[str, EnvRuntime] = field(default_factory=dict)  # in-process environments
+    service: ModelService | None = None  # the in-process model service, if any
+
+    async def start(self) -> None:
+        start = getattr(self.service, "start", None)
+        if start is not None:
+            await _maybe_await(start())
+
+    async def aclose(self) -> None:
+        """Close what this stack opened: stores, clients, the model service."""
+        for rt in self.runtimes.values():
+            await rt.store.close()
+        for client in self.agent.envs.values():
+            closer = getattr(client, "aclose", None)
+            if closer is not None:
+                await closer()
+        await self.agent.model.aclose()
+        if self.service is not None:
+            closer = getattr(self.service, "aclose", None) or getattr(self.service, "close", None)
+            if closer is not None:
+                await _maybe_await(closer())
+
+
+async def _maybe_await(value: Any) -> None:
+    if inspect.isawaitable(value):
+        await value
+
+
+def load_runtimes(settings: Settings, metrics: Metrics, names: Sequence[str] | None = None) -> dict[str, EnvRuntime]:
+    """Runtimes of the configured environments; a broken one is logged and left out."""
+    runtimes: dict[str, EnvRuntime] = {}
+    try:  # names and glob patterns ("*": every available environment) -> environment names
+        wanted = resolve_envs(list(names) if names is not None else settings.envs)
+    except RollgateError as exc:
+        raise SystemExit(f"setting envs: {exc.message}") from None
+    for name in wanted:
+        try:
+            runtimes[name] = make_runtime(settings, name, metrics)
+        except Exception as exc:  # one broken environment must not take the others down
+            log.error("environment %s is not available: %s: %s", name, type(exc).__name__, exc)
+    if not runtimes:
+        raise SystemExit(f"none of the environments {wanted} could be loaded; see the errors above")
+    return runtimes
+
+
+def local_stack(
+    settings: Settings,
+    metrics: Metrics | None = None,
+    *,
+    service: ModelService | None = None,
+    envs: Sequence[str] | None = None,
+) -> Stack:
+    """Every part in process. `service` defaults to the one settings.model describes."""
+    metrics = metrics if metrics is not None else Metrics.off()
+    if service is None:
+        from rollgate.model_server.server import build_service
+
+        service = build_service(settings, metrics=metrics)
+    runtimes = load_runtimes(settings, metrics, envs)
+    agent = Agent(
+        LocalModelClient(service),
+        {name: LocalEnvClient(rt) for name, rt in runtimes.items()},
+        settings.agent,
+        model_name=service.served_name,
+        metrics=metrics,
+    )
+    return Stack(agent=agent, runtimes=runtimes, service=service)
+
+
+def remote_stack(settings: Settings, metrics: Metrics | None = None) -> Stack:
+    """The agent role: settings.model_url and settings.env_urls ({env: [replica URLs]})."""
+    metrics = metrics if metrics is not None else Metrics.off()
+    if not settings.model_url:
+        raise SystemExit("rollgate serve --role agent needs the model server: set ROLLGATE_MODEL_URL")
+    envs = {name: urls for name, urls in settings.env_urls.items() if urls}
+    if not envs:
+        raise SystemExit(
+            'rollgate serve --role agent needs environments: set ROLLGATE_ENV_URLS, e.g. {"math": ["http://host:8300"]}'
+        )
+    a = settings.agent
+
+    def retry(component: str) -> RetryPolicy:
+        return RetryPolicy(attempts=max(1, a.retries), on_retry=metrics.retries.labels(component).inc)
+
+    model = HttpModelClient(
+        settings.model_url, timeout_s=a.model_timeout_s, api_key=settings.api_key, retry=retry("model")
+    )
+    clients = {
+        name: ReplicatedEnvClient(
+            name, urls, timeout_s=a.tool_timeout_s, api_key=settings.api_key, retry=retry(f"env:{name}")
+        )
+        for name, urls in envs.items()
+    }
+    return Stack(agent=Agent(model, clients, a, model_name=settings.model.served_name, metrics=metrics))
