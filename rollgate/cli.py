@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("rollgate.commands.eval", "evaluate on environments: pass@k with intervals, compare, reverify"),
     "envs": ("rollgate.commands.envs", "list every environment: family, tools, available or why not"),
     "tasks": ("rollgate.commands.tasks", "write N task rows for an environment (train or eval split)"),
+    "train": ("rollgate.commands.train", "run a learning recipe: SFT on gold demos, then GRPO, held-out curve"),
 }
 
 

@@ -76,8 +76,10 @@ class RolloutClient:
         repeats: int = 1,
         sampling: dict[str, Any] | None = None,
         policy_version: str | None = None,
+        purpose: str | None = None,
     ) -> dict[str, Any]:
-        """Submit a job; while the queue is full (503) wait as told by Retry-After, up to capacity_wait_s."""
+        """Submit a job; while the queue is full (503) wait as told by Retry-After, up to capacity_wait_s.
+        `purpose="eval"` marks an evaluation job (the gateway reports it per policy version)."""
         body = {
             "tasks": tasks,
             "env": env,
@@ -85,6 +87,8 @@ class RolloutClient:
             "sampling": sampling or {},
             "policy_version": policy_version,
         }
+        if purpose is not None:
+            body["purpose"] = purpose
         deadline = time.monotonic() + self.capacity_wait_s
         while True:
             try:

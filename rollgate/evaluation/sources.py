@@ -168,7 +168,11 @@ class GatewaySource:
             try:
                 for repeats, entries in jobs:
                     job = client.submit(
-                        [t.row for t, _ in entries], repeats=repeats, sampling=sampling, policy_version=policy_version
+                        [t.row for t, _ in entries],
+                        repeats=repeats,
+                        sampling=sampling,
+                        policy_version=policy_version,
+                        purpose="eval",  # the gateway's viewer shows it beside the training reward
                     )
                     submitted.append((job["job_id"], entries))
                 for job_id, entries in submitted:

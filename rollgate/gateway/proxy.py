@@ -127,20 +127,15 @@ def proxy_router(forwarder: Forwarder, *, model: ReplicaSet | None, envs: dict[s
         return await to_model(request, f"/v1/captures/{session}", pin=session)
 
     @r.api_route(
-        "/envs/{env}/{path:path}",
+        "/envs/{target:path}",
         methods=["GET", "POST", "DELETE", "PUT", "PATCH"],
         tags=["envs"],
-        summary="Resources-server routes of one environment (proxied to its replicas)",
+        summary="Resources-server routes of one environment (proxied to its replicas); "
+        "a family member's name holds one '/', e.g. /envs/reasoning_gym/chain_sum/tools",
     )
-    async def env_route(env: str, path: str, request: Request) -> Response:
-        replicas = envs.get(env)
-        if replicas is None:
-            raise NotFound(
-                f"unknown environment {env!r}; this gateway serves: {', '.join(sorted(envs)) or 'none'}",
-                component="gateway",
-                field="env",
-            )
-        return await forwarder.forward(request, replicas, "/" + path, component=f"env:{env}")
+    async def env_route(target: str, request: Request) -> Response:
+        env, path = split_env_path(target, envs)
+        return await forwarder.forward(request, envs[env], "/" + path, component=f"env:{env}")
 
     return r
 
@@ -164,3 +159,18 @@ def _model_route(to_model, path: str):
         return await to_model(request, upstream, pin=session)
 
     return route
+
+
+def split_env_path(target: str, envs: dict[str, ReplicaSet]) -> tuple[str, str]:
+    """ "reasoning_gym/chain_sum/sessions" -> ("reasoning_gym/chain_sum", "sessions"): an environment
+    name holds at most one "/" (family/member), and the longer known name wins."""
+    parts = target.split("/")
+    for k in (2, 1):
+        name = "/".join(parts[:k])
+        if len(parts) > k and name in envs:
+            return name, "/".join(parts[k:])
+    raise NotFound(
+        f"unknown environment in /envs/{target}; this gateway serves {len(envs)}: see GET /v1/envs",
+        component="gateway",
+        field="env",
+    )

@@ -15,6 +15,7 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -139,9 +140,16 @@ def _warm_up(model, hf, rng: random.Random, steps: int) -> float:
 
 
 def build_tiny_model(
-    out_dir: str | os.PathLike, seed: int = 0, *, warmup_steps: int = WARMUP_STEPS, shape: TinyShape | None = None
+    out_dir: str | os.PathLike,
+    seed: int = 0,
+    *,
+    warmup_steps: int = WARMUP_STEPS,
+    shape: TinyShape | None = None,
+    extra_transcripts: Sequence[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = (),
 ) -> Path:
-    """Build the tiny model into `out_dir` (created; existing files are overwritten)."""
+    """Build the tiny model into `out_dir` (created; existing files are overwritten).
+    `extra_transcripts` ((chat messages, tools) pairs) join the tokenizer's corpus: a recipe's own
+    domain then gets merges of its own, and its episodes far fewer tokens."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
@@ -155,6 +163,7 @@ def build_tiny_model(
     # with a throwaway byte-level tokenizer first (the template text does not depend on it).
     bootstrap = _train_tokenizer(["a"])
     corpus = [_render(bootstrap, *transcript(rng)) for _ in range(1500)]
+    corpus += [_render(bootstrap, messages, tools) for messages, tools in extra_transcripts]
     hf = _train_tokenizer(corpus)
     eos = hf.convert_tokens_to_ids(IM_END)
     shape = shape or TinyShape()

@@ -55,7 +55,7 @@ class CliSandbox:
         self.exec_prefix = exec_prefix
         self.destroy_argv = destroy_argv
         self.limits = limits
-        self.metrics = metrics
+        self.metrics = metrics if metrics is not None else Metrics.off()
         self.python = python
         self._destroyed = False
 
@@ -88,8 +88,7 @@ class CliSandbox:
             r = r.model_copy(update={"exit_code": None, "timed_out": True, "killed_by": "timeout"})
         # Processes the run left behind (daemons) die now; the container's PID 1 is immune.
         await run_bounded([*self.exec_prefix, "kill", "-9", "-1"], timeout_s=_ENGINE_SLACK_S, max_output_bytes=4096)
-        if self.metrics is not None:
-            self.metrics.sandbox_execs.labels(result=r.label).inc()
+        self.metrics.sandbox_execs.labels(result=r.label).inc()
         return r
 
     async def write_file(self, path: str, data: str | bytes) -> None:

@@ -118,8 +118,7 @@ class LocalSandbox:
                     }
                 )
             result = await self._enforce_quota(result)
-        if p.metrics is not None:
-            p.metrics.sandbox_execs.labels(result=result.label).inc()
+        p.metrics.sandbox_execs.labels(result=result.label).inc()
         return result
 
     async def _sweep(self) -> None:
@@ -191,7 +190,7 @@ class LocalProvider:
             raise SandboxError(
                 f"sandbox isolation required but unavailable: {self.caps.detail}", field="require_isolation"
             )
-        self.metrics = metrics
+        self.metrics = metrics if metrics is not None else Metrics.off()
         self.hide_paths = list(hide_paths)
         self.root_dir = str(Path(root_dir or Path(tempfile.gettempdir()) / "rollgate-sandboxes").resolve())
         os.makedirs(self.root_dir, exist_ok=True)

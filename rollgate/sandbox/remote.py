@@ -47,8 +47,7 @@ class RemoteSandbox:
         wait = (timeout_s or self.provider.exec_timeout_s) + _SLACK_S
         resp = await self.provider.request("POST", self._path("/exec"), json=body, timeout=wait)
         result = ExecResult.model_validate(resp.json())
-        if self.provider.metrics is not None:
-            self.provider.metrics.sandbox_execs.labels(result=result.label).inc()
+        self.provider.metrics.sandbox_execs.labels(result=result.label).inc()
         return result
 
     async def write_file(self, path: str, data: str | bytes) -> None:
@@ -97,7 +96,7 @@ class RemoteProvider:
         self.url = url.rstrip("/")
         self.allow_unisolated = allow_unisolated
         self.exec_timeout_s = exec_timeout_s
-        self.metrics = metrics
+        self.metrics = metrics if metrics is not None else Metrics.off()
         self._client = httpx.AsyncClient(
             base_url=self.url,
             headers={"authorization": f"Bearer {token}"},

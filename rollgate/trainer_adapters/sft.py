@@ -53,7 +53,9 @@ def chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             assistant().setdefault("tool_calls", []).append(call)
         elif kind == "function_call_output":
             open_assistant = None
-            out.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": content_text(item.get("output"))})
+            out.append(
+                {"role": "tool", "tool_call_id": item.get("call_id"), "content": content_text(item.get("output"))}
+            )
         elif kind == "message":
             role = _ROLE.get(str(item.get("role")), "user")
             if role == "assistant":

@@ -23,6 +23,7 @@ class ModelClient(Protocol):
 
     async def create(self, request: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]: ...
 
+
 DEFAULT_PROMPT = """You are grading an answer to a task.
 
 Task:

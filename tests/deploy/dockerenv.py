@@ -5,12 +5,14 @@ the topology: every container on 127.0.0.1 with a port of its own, no Docker net
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -130,6 +132,8 @@ class Stack:
             + f"ROLLGATE_IMAGE={self.image}\nREDIS_IMAGE={BASE_TAG}\n"
         )
         gen = _gen_deploy()
+        stale = gen.stale(gen.rendered())
+        assert not stale, f"stale deployment files {stale}: run python scripts/gen_deploy.py first"
         self.ports["redis"] = free_port()
 
         def port_of(service: str, replica: int) -> int:
@@ -184,6 +188,16 @@ class Stack:
                 logs = self.compose("logs", "--tail", "30", check=False).stdout[-6000:]
                 raise AssertionError(f"not healthy after {timeout_s}s: {health}\n{logs}")
             time.sleep(1)
+
+    def watch_health(self, stop: threading.Event) -> None:
+        """Record when each container is first healthy, while `compose up` runs (it blocks until the
+        dependencies of each service are healthy, so polling only after it returns is too late)."""
+        while not stop.is_set():
+            with contextlib.suppress(AssertionError, KeyError, IndexError, subprocess.TimeoutExpired):
+                for s, status in self.health().items():
+                    if status == "healthy":
+                        self.healthy_at.setdefault(s, time.time())
+            stop.wait(0.5)
 
     def time_to_healthy(self, service: str) -> float:
         """Seconds from the container's start until wait_healthy first saw it healthy (polled about

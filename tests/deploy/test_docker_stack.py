@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -48,8 +49,15 @@ def stack(image, tmp_path_factory):
     stack = Stack(tmp_path_factory.mktemp("stack"), image)
     try:
         t0 = time.monotonic()
-        stack.compose("up", "-d", "--no-build", timeout=900)
-        stack.wait_healthy(stack.services, timeout_s=600)
+        stop = threading.Event()
+        watcher = threading.Thread(target=stack.watch_health, args=(stop,), daemon=True)
+        watcher.start()
+        try:
+            stack.compose("up", "-d", "--no-build", timeout=900)
+            stack.wait_healthy(stack.services, timeout_s=600)
+        finally:
+            stop.set()
+            watcher.join(30)
         FIGURES["stack_up_s"] = round(time.monotonic() - t0, 1)
         FIGURES["time_to_healthy_s"] = {s: round(stack.time_to_healthy(s), 1) for s in stack.services}
         yield stack

@@ -20,8 +20,8 @@ ENVS = ["math", "wordle", "game2048", "workplace"]
 
 @pytest.fixture(scope="module")
 def embedded():
-    from rollgate.stack.embedded import build_app
     from rollgate.model_server.tiny import ensure_tiny_model
+    from rollgate.stack.embedded import build_app
 
     settings = Settings(
         envs=ENVS,

@@ -8,8 +8,8 @@ import pytest
 
 from rollgate.core.serving import serve_in_thread
 from rollgate.core.settings import Settings
-from rollgate.trainer_adapters.rollouts import GatewayRollouts
 from rollgate.core.tokens import segments
+from rollgate.trainer_adapters.rollouts import GatewayRollouts
 from rollgate.trainer_adapters.trl import RollgateRolloutFunc, TaskIndex
 
 

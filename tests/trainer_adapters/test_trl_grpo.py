@@ -10,8 +10,8 @@ import os
 import torch
 
 from rollgate.core.settings import AgentSettings
-from rollgate.trainer_adapters.inprocess import InProcessRollgate
 from rollgate.core.tokens import flatten
+from rollgate.trainer_adapters.inprocess import InProcessRollgate
 from rollgate.trainer_adapters.trl import rollgate_reward
 
 SYSTEM = "Solve the task. Use the tools when useful."  # the tiny model's warm-up system prompt

@@ -1,0 +1,46 @@
+"""Learning recipes (`rollgate train --recipe NAME --out DIR`): a whole run through Rollgate's own
+parts: tasks from an environment's generator, gold demonstrations collected by the agent loop and
+exported with `rollgate export --format sft`, supervised fine-tuning, then GRPO (TRL's
+GRPOTrainer, rollouts from the in-process stack), with held-out evaluation before and after each
+phase. Held-out measurement is injected (an `Evaluator`): this layer sits below rollgate.evaluation."""
+
+from __future__ import annotations
+
+from rollgate.core.errors import BadRequest
+from rollgate.model_server.tiny import TinyShape
+from rollgate.trainer_adapters.recipes.config import (
+    AgentBudget,
+    EvalPlan,
+    GRPOPhase,
+    RecipeConfig,
+    SFTPhase,
+)
+
+__all__ = ["RECIPES", "RecipeConfig", "SFTPhase", "GRPOPhase", "EvalPlan", "AgentBudget", "get_recipe"]
+
+RECIPES: dict[str, RecipeConfig] = {
+    "tiny-math": RecipeConfig(
+        name="tiny-math",
+        env="math",
+        description="the math environment (calculator tool): SFT on gold tool calls, then GRPO on the verified reward",
+        seed=0,
+        train_tasks=1000,
+        heldout_tasks=105,  # 15 per problem category (the generator rotates through 7)
+        shape=TinyShape(
+            hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2
+        ),
+        sft=SFTPhase(epochs=2.0, batch_size=16, learning_rate=3e-3, warmup_steps=20, eval_every=40),
+        grpo=GRPOPhase(steps=20, prompts_per_step=8, num_generations=8, learning_rate=2e-4, eval_every=5),
+        eval=EvalPlan(k=1, temperature=1.0),
+        agent=AgentBudget(max_turns=4, max_output_tokens=256, max_output_tokens_per_call=96),
+    ),
+}
+
+
+def get_recipe(name: str) -> RecipeConfig:
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise BadRequest(
+            f"unknown recipe {name!r}; known: {', '.join(sorted(RECIPES))}", component="train", field="--recipe"
+        ) from None

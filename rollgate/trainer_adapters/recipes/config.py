@@ -1,0 +1,62 @@
+"""What a learning recipe is: its environment, tasks, model shape, and the settings of each
+phase (SFT on gold demonstrations, GRPO on verified reward, held-out evaluation). Plain frozen
+dataclasses: a recipe is data, and a shortened copy (for tests) is `dataclasses.replace`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rollgate.model_server.tiny import TinyShape
+
+
+@dataclass(frozen=True)
+class SFTPhase:
+    epochs: float = 1.0  # passes over the gold demonstrations (fractions allowed)
+    batch_size: int = 16
+    learning_rate: float = 3e-3
+    warmup_steps: int = 20
+    eval_every: int = 0  # held-out evaluation every N SFT steps (0: only at the end of the phase)
+
+
+@dataclass(frozen=True)
+class GRPOPhase:
+    steps: int = 20
+    prompts_per_step: int = 8
+    num_generations: int = 8  # samples per prompt: the group GRPO's baseline is computed over
+    learning_rate: float = 2e-4
+    temperature: float = 1.0
+    max_completion_length: int = 160  # tokens of the whole multi-turn completion, env tokens included
+    eval_every: int = 5  # held-out evaluation every N GRPO steps (and at the end)
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    k: int = 1  # samples per held-out task
+    temperature: float = 1.0  # the policy as it is sampled in training
+    threshold: float = 1.0  # a sample is correct when reward >= this
+
+
+@dataclass(frozen=True)
+class AgentBudget:
+    max_turns: int = 4
+    max_output_tokens: int = 256
+    max_output_tokens_per_call: int = 96
+
+
+@dataclass(frozen=True)
+class RecipeConfig:
+    name: str
+    env: str
+    description: str
+    seed: int = 0
+    train_tasks: int = 1000  # from the environment's train split: gold demonstrations and GRPO prompts
+    heldout_tasks: int = 100  # from its eval split: never trained on (disjoint by content hash)
+    shape: TinyShape = field(default_factory=TinyShape)
+    sft: SFTPhase = field(default_factory=SFTPhase)
+    grpo: GRPOPhase = field(default_factory=GRPOPhase)
+    eval: EvalPlan = field(default_factory=EvalPlan)
+    agent: AgentBudget = field(default_factory=AgentBudget)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)

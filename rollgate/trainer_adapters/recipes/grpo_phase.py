@@ -1,0 +1,118 @@
+"""GRPO on the verified reward only: TRL's GRPOTrainer, with every rollout an episode of Rollgate's
+agent loop (multi-turn, the environment's tools) served by the policy being trained, in process
+(rollgate.trainer_adapters.inprocess). No shaping term: a group whose samples all score the same
+has zero advantage and teaches nothing, which is why SFT comes first."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rollgate.core.settings import Settings
+from rollgate.trainer_adapters.recipes.config import RecipeConfig
+from rollgate.trainer_adapters.recipes.data import agent_settings
+
+log = logging.getLogger("rollgate.train")
+
+OnStep = Callable[[int], None]  # (GRPO step just finished)
+
+
+@dataclass
+class GRPOResult:
+    steps: int
+    seconds: float
+    train_reward: list[float]  # the mean reward of each step's rollouts (training tasks)
+    episodes: int
+
+
+def train_grpo(
+    cfg: RecipeConfig,
+    model: Any,
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    work_dir: Path,
+    *,
+    on_step: OnStep | None = None,
+) -> GRPOResult:
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rollgate.trainer_adapters.inprocess import InProcessRollgate
+    from rollgate.trainer_adapters.trl import rollgate_reward
+
+    g = cfg.grpo
+    started = time.perf_counter()
+    settings = Settings().model_copy(update={"envs": [cfg.env]})
+    rollgate = InProcessRollgate(model, tokenizer, [cfg.env], agent_settings=agent_settings(cfg), settings=settings)
+    # Unseeded sampling: a seed per request would make a group's samples identical (no advantage).
+    rollout_func = rollgate.rollout_func(rows, sampling={"temperature": g.temperature})
+    args = GRPOConfig(
+        output_dir=str(work_dir),
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        report_to=[],
+        max_steps=g.steps,
+        per_device_train_batch_size=g.prompts_per_step * g.num_generations,
+        num_generations=g.num_generations,
+        max_completion_length=g.max_completion_length,
+        temperature=g.temperature,
+        learning_rate=g.learning_rate,
+        lr_scheduler_type="constant",
+        beta=0.0,  # no reference model: verified reward only, nothing pulls the policy back
+        logging_steps=1,
+        save_strategy="no",
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        gradient_checkpointing=False,  # on by default in TRL; for a model this small it only costs time
+    )
+    rewards: list[float] = []
+    episodes = 0
+
+    class Steps(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            nonlocal episodes
+            trajs = rollout_func.last_trajectories
+            ok = [t.reward for t in trajs if t.ok and t.reward is not None]
+            episodes += len(trajs)
+            rewards.append(sum(ok) / len(ok) if ok else float("nan"))
+            log.info(
+                "grpo step %d/%d: train reward %.3f over %d episodes (%.0fs)",
+                state.global_step,
+                g.steps,
+                rewards[-1],
+                len(trajs),
+                time.perf_counter() - started,
+            )
+            if on_step is not None:
+                was = model.training
+                model.eval()
+                on_step(state.global_step)
+                model.train(was)
+
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[rollgate_reward],
+        args=args,
+        train_dataset=rollout_func.tasks.dataset(),
+        processing_class=tokenizer,
+        rollout_func=rollout_func,
+        callbacks=[Steps()],
+    )
+    try:
+        trainer.train()
+    finally:
+        rollout_func.run_async(rollgate.aclose())
+        rollout_func.close()
+    model.eval()
+    return GRPOResult(
+        steps=trainer.state.global_step, seconds=time.perf_counter() - started, train_reward=rewards, episodes=episodes
+    )

@@ -1,0 +1,123 @@
+"""Supervised fine-tuning on gold demonstrations, loss on the assistant's tokens only.
+
+Every demonstration of an environment starts with the same long context (system prompt and tool
+schemas), and on CPU that shared prefix would be most of the compute. So each batch runs its
+common token prefix once (batch size 1, with gradients), repeats its key/value cache across the
+batch, and runs only the distinct suffixes. With causal attention this is the same computation as
+the full batch (same logits, same gradients), a few times cheaper.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rollgate.trainer_adapters.recipes.config import SFTPhase
+
+log = logging.getLogger("rollgate.train")
+
+OnStep = Callable[[int, float], None]  # (SFT step just finished, its loss)
+
+
+@dataclass
+class SFTResult:
+    steps: int
+    final_loss: float
+    seconds: float
+    tokens: int
+
+
+def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest token prefix all sequences share."""
+    first = seqs[0]
+    n = min(len(s) for s in seqs)
+    for i in range(n):
+        t = first[i]
+        if any(s[i] != t for s in seqs):
+            return i
+    return n
+
+
+def batch_loss(model: Any, batch: Sequence[tuple[list[int], list[int]]], pad_id: int) -> tuple[Any, int]:
+    """Mean token loss over the batch's masked tokens (and how many there were)."""
+    import torch
+    import torch.nn.functional as F
+
+    # Keep at least one token out of the prefix, so every row has a suffix to predict from.
+    p = min(common_prefix([ids for ids, _ in batch]), min(len(ids) for ids, _ in batch) - 1)
+    b = len(batch)
+    width = max(len(ids) for ids, _ in batch) - p
+    suffix = torch.full((b, width), pad_id, dtype=torch.long)
+    labels = torch.full((b, width), -100, dtype=torch.long)
+    attn = torch.zeros((b, p + width), dtype=torch.long)
+    for row, (ids, mask) in enumerate(batch):
+        tail = ids[p:]
+        suffix[row, : len(tail)] = torch.tensor(tail)
+        labels[row, : len(tail)] = torch.tensor([t if m else -100 for t, m in zip(tail, mask[p:], strict=True)])
+        attn[row, : p + len(tail)] = 1
+    # Position p's token is predicted by the prefix's last logit; it is context (mask 0) for
+    # every chat transcript (a user or system token), so dropping that one prediction loses no loss.
+    if p > 0:
+        pre = model.model(input_ids=torch.tensor([batch[0][0][:p]]), use_cache=True)
+        cache = pre.past_key_values
+        cache.batch_repeat_interleave(b)
+        positions = torch.arange(p, p + width).unsqueeze(0).expand(b, -1)
+        out = model(input_ids=suffix, attention_mask=attn, past_key_values=cache, position_ids=positions)
+    else:
+        out = model(input_ids=suffix, attention_mask=attn)
+    logits = out.logits[:, :-1].float()
+    target = labels[:, 1:]
+    n = int((target != -100).sum())
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100, reduction="sum")
+    return loss / max(n, 1), n
+
+
+def train_sft(
+    model: Any,
+    examples: Sequence[tuple[list[int], list[int]]],
+    phase: SFTPhase,
+    *,
+    pad_id: int,
+    seed: int,
+    on_step: OnStep | None = None,
+) -> SFTResult:
+    """AdamW, linear warm-up then linear decay to 0, gradient norm clipped at 1."""
+    import torch
+
+    started = time.perf_counter()
+    rng = random.Random(seed)
+    per_epoch = max(1, len(examples) // phase.batch_size)
+    total = max(1, math.ceil(per_epoch * phase.epochs))
+    opt = torch.optim.AdamW(model.parameters(), lr=phase.learning_rate, weight_decay=0.0)
+    model.train()
+    order: list[int] = []
+    loss_value, tokens = float("nan"), 0
+    for step in range(total):
+        if len(order) < phase.batch_size:
+            fresh = list(range(len(examples)))
+            rng.shuffle(fresh)
+            order += fresh
+        batch = [examples[i] for i in order[: phase.batch_size]]
+        del order[: phase.batch_size]
+        warm = min(1.0, (step + 1) / max(1, phase.warmup_steps))
+        for group in opt.param_groups:
+            group["lr"] = phase.learning_rate * warm * (1 - step / total)
+        loss, n = batch_loss(model, batch, pad_id)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss_value, tokens = float(loss.detach()), tokens + n
+        if (step + 1) % 10 == 0 or step + 1 == total:
+            log.info("sft step %d/%d loss %.4f (%.0fs)", step + 1, total, loss_value, time.perf_counter() - started)
+        if on_step is not None:
+            model.eval()
+            on_step(step + 1, loss_value)
+            model.train()
+    model.eval()
+    return SFTResult(steps=total, final_loss=loss_value, seconds=time.perf_counter() - started, tokens=tokens)

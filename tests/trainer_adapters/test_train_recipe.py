@@ -1,0 +1,210 @@
+"""`rollgate train`: a shortened tiny-math recipe end to end through the real parts (the math
+environment and its calculator, the agent loop, the scripted backend for gold demonstrations, the
+local backend serving the policy, TRL's GRPOTrainer, rollgate.evaluation for every curve point),
+checking that every code path runs and every file is written. No reward or timing threshold: a
+few steps of a few tasks say nothing about learning (the full recipe's figures are in
+docs/trainers/recipes.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from rollgate.cli import main
+from rollgate.model_server.tiny import TinyShape
+from rollgate.trainer_adapters import recipes
+from rollgate.trainer_adapters.recipes.config import AgentBudget, EvalPlan, GRPOPhase, SFTPhase
+
+SHORT = dataclasses.replace(
+    recipes.RECIPES["tiny-math"],
+    train_tasks=8,
+    heldout_tasks=4,
+    shape=TinyShape(),  # the embedded tiny shape: seconds, not minutes
+    sft=SFTPhase(epochs=1.0, batch_size=4, learning_rate=3e-3, warmup_steps=1, eval_every=1),
+    grpo=GRPOPhase(steps=2, prompts_per_step=2, num_generations=2, max_completion_length=64, eval_every=1),
+    eval=EvalPlan(k=1, temperature=1.0),
+    agent=AgentBudget(max_turns=3, max_output_tokens=64, max_output_tokens_per_call=32),
+)
+
+
+@pytest.fixture
+def short_recipe(monkeypatch):
+    monkeypatch.setitem(recipes.RECIPES, "tiny-math", SHORT)
+    return SHORT
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("train") / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(recipes.RECIPES, "tiny-math", SHORT)
+        assert main(["train", "--recipe", "tiny-math", "--out", str(out)]) == 0
+    return out
+
+
+def test_a_shortened_recipe_writes_metrics_curve_and_checkpoint(trained):
+    m = json.loads((trained / "metrics.json").read_text())
+    for key in ("recipe", "heldout_tasks", "reward_before", "reward_after_sft", "reward_after_rl", "steps", "seconds"):
+        assert key in m, key
+    assert m["recipe"] == "tiny-math" and m["heldout_tasks"] == 4 and m["train_tasks"] == 8
+    assert m["sft_steps"] == 2 and m["rl_steps"] == 2 and m["steps"] == 4
+    for key in ("reward_before", "reward_after_sft", "reward_after_rl"):
+        assert 0.0 <= m[key] <= 1.0
+    assert m["seconds"] > 0 and m["gold_demos"] == 8
+    # Every curve point is a held-out evaluation report of its own, in the order of training.
+    labels = [p["label"] for p in m["curve"]]
+    assert labels == ["before", "sft-step-1", "sft-step-2", "rl-step-1", "rl-step-2"]
+    assert [p["step"] for p in m["curve"]] == [0, 1, 2, 3, 4]
+    for p in m["curve"]:
+        report = json.loads((trained / p["report"] / "report.json").read_text())
+        assert report["overall"]["tasks"] == 4 and report["overall"]["mean_reward"]["value"] == p["reward"]
+        assert report["model"]["policy_version"] == p["label"]
+        assert report["train_overlap"]["tasks"] == []  # the strict guard ran against the training file
+    assert (trained / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_checkpoint_is_the_trained_policy(trained):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    final = AutoModelForCausalLM.from_pretrained(trained / "model")
+    init = AutoModelForCausalLM.from_pretrained(trained / "work" / "init-model")
+    sft = AutoModelForCausalLM.from_pretrained(trained / "work" / "sft-model")
+    AutoTokenizer.from_pretrained(trained / "model")
+    weights = dict(final.named_parameters())
+    sft_weights = dict(sft.named_parameters())
+    assert any(not torch.equal(p, sft_weights[n]) for n, p in init.named_parameters()), "SFT changed nothing"
+    # GRPO moves the weights only where a group's rewards differ; a few episodes of an untrained
+    # model are usually all 0 (zero advantage), so here only its rollouts are checked.
+    assert set(weights) == set(sft_weights)
+    m = json.loads((trained / "metrics.json").read_text())
+    assert m["rl_episodes"] == 2 * 2 * 2 and len(m["rl_train_reward"]) == 2
+
+
+def test_train_and_heldout_tasks_never_overlap(trained):
+    from rollgate.resources_servers.families.splits import row_key
+
+    train = [json.loads(x) for x in (trained / "data" / "train_tasks.jsonl").read_text().splitlines()]
+    held = [json.loads(x) for x in (trained / "data" / "heldout_tasks.jsonl").read_text().splitlines()]
+    assert len(train) == 8 and len(held) == 4
+    assert {r["split"] for r in train} == {"train"} and {r["split"] for r in held} == {"eval"}
+    assert not {row_key("math", r) for r in train} & {row_key("math", r) for r in held}
+    sft = [json.loads(x) for x in (trained / "data" / "sft.jsonl").read_text().splitlines()]
+    assert len(sft) == 8 and all(r["reward"] == 1.0 for r in sft)
+    assert {r["task_id"] for r in sft} <= {r["task_id"] for r in train}
+
+
+def test_sft_sequences_are_the_tokens_the_policy_is_served(trained):
+    """The SFT file is text (rollgate export --format sft); tokenized for training it must equal,
+    token for token, what the model server builds when the same episode is played through it."""
+    import asyncio
+
+    from rollgate.core.settings import AgentSettings, Settings
+    from rollgate.core.tokens import trainable_sequence
+    from rollgate.trainer_adapters.recipes.data import (
+        gold_episodes,
+        gold_script,
+        scripted_row,
+        template_tools,
+        tokenize_messages,
+    )
+    from rollgate.trainer_adapters.sft import to_sft_record
+
+    model_dir = trained / "model"
+    rows = [json.loads(x) for x in (trained / "data" / "train_tasks.jsonl").read_text().splitlines()]
+    base = Settings()
+    settings = base.model_copy(
+        update={
+            # the scripted backend with a tokenizer: real token ids, as the local backend would serve them
+            "model": base.model.model_copy(update={"backend": "scripted", "model_path": str(model_dir)}),
+            "agent": AgentSettings(),  # budgets wide enough for every gold reply in tokens
+            "envs": ["math"],
+        }
+    )
+    trajs = asyncio.run(gold_episodes([scripted_row(r, gold_script(r)) for r in rows], settings, "math", 8))
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tools = template_tools("math")
+    multi_call = 0
+    for t in trajs:
+        assert t.reward == 1.0 and t.turns
+        seq = trainable_sequence(t, filler_token_id=0)
+        ids, mask = tokenize_messages(tok, to_sft_record(t)["messages"], tools)
+        assert ids == seq.prompt_ids + seq.completion_ids
+        assert mask == [0] * len(seq.prompt_ids) + seq.env_mask
+        multi_call += len(t.turns) > 2
+    assert multi_call >= 1, "no gold path with two tool calls: the multi-turn tokenization went unchecked"
+
+
+def test_prefix_shared_batches_give_the_full_batch_loss_and_gradients(trained):
+    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rollgate.trainer_adapters.recipes.data import template_tools, tokenize_messages
+    from rollgate.trainer_adapters.recipes.sft_phase import batch_loss, common_prefix
+
+    model = AutoModelForCausalLM.from_pretrained(trained / "work" / "init-model")
+    tok = AutoTokenizer.from_pretrained(trained / "work" / "init-model")
+    records = [json.loads(x) for x in (trained / "data" / "sft.jsonl").read_text().splitlines()]
+    batch = [tokenize_messages(tok, r["messages"], template_tools("math")) for r in records[:4]]
+    assert common_prefix([ids for ids, _ in batch]) > 50  # the system prompt and tools are shared
+    shared, n = batch_loss(model, batch, tok.pad_token_id)
+    shared.backward()
+    g_shared = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad()
+
+    width = max(len(ids) for ids, _ in batch)
+    ids = torch.full((4, width), tok.pad_token_id)
+    labels = torch.full((4, width), -100)
+    attn = torch.zeros((4, width), dtype=torch.long)
+    for row, (x, m) in enumerate(batch):
+        ids[row, : len(x)] = torch.tensor(x)
+        labels[row, : len(x)] = torch.tensor([t if k else -100 for t, k in zip(x, m, strict=True)])
+        attn[row, : len(x)] = 1
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+    full = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+    full.backward()
+    assert n == int((labels[:, 1:] != -100).sum())
+    assert torch.allclose(shared, full, atol=1e-5)
+    for k, p in model.named_parameters():
+        assert torch.allclose(g_shared[k], p.grad, atol=1e-5), k
+
+
+def test_resume_skips_finished_phases_and_refuses_other_settings(trained, short_recipe, monkeypatch, capsys):
+    before = json.loads((trained / "metrics.json").read_text())
+    assert main(["train", "--recipe", "tiny-math", "--out", str(trained), "--resume"]) == 0
+    after = json.loads((trained / "metrics.json").read_text())
+    assert after["curve"] == before["curve"] and after["seconds"] == before["seconds"]
+    assert main(["train", "--recipe", "tiny-math", "--out", str(trained), "--resume", "--rl-steps", "5"]) == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_an_unknown_recipe_is_refused_by_name(tmp_path, capsys):
+    assert main(["train", "--recipe", "tiny-chess", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown recipe 'tiny-chess'" in err and "tiny-math" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_non_empty_out_dir_is_refused_unless_resuming(tmp_path, capsys):
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert main(["train", "--recipe", "tiny-math", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "not empty" in err and "--resume" in err
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # nothing written
+    assert main(["train", "--recipe", "tiny-math", "--out", str(out), "--resume"]) == 2
+    assert "no recipe run to resume" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--rl-steps", "0"), ("--train-tasks", "-1"), ("--heldout-tasks", "0"), ("--sft-epochs", "0")]
+)
+def test_bad_overrides_name_their_flag(tmp_path, capsys, flag, value):
+    assert main(["train", "--recipe", "tiny-math", "--out", str(tmp_path / "x"), flag, value]) == 2
+    assert flag in capsys.readouterr().err
