@@ -19,6 +19,7 @@ import httpx
 from pydantic import BaseModel
 
 from rollgate.core.settings import Settings
+from rollgate.jobs.redis_loss import persistence_problem
 
 
 class Status(str, enum.Enum):
@@ -84,6 +85,7 @@ async def check_redis(url: str | None, timeout_s: float) -> CheckResult:
     try:
         await client.ping()
         info = await client.info("server")
+        problem = await persistence_problem(client)
     except AuthenticationError as exc:
         return fail(
             "redis",
@@ -100,7 +102,17 @@ async def check_redis(url: str | None, timeout_s: float) -> CheckResult:
     finally:
         await client.aclose()
     ms = (time.perf_counter() - started) * 1000
-    return ok("redis", f"{shown} answered PING ({ms:.1f} ms, Redis {info.get('redis_version', '?')})")
+    seen = f"{shown} answered PING ({ms:.1f} ms, Redis {info.get('redis_version', '?')})"
+    if problem:
+        # The job queue lives in Redis: without an append-only file a restart loses running jobs
+        # (they end `failed` rather than hang, but their episodes are gone).
+        return warn(
+            "redis",
+            f"{seen}; {problem}",
+            "run Redis with `--appendonly yes` (the shipped compose.yaml and k8s Redis do), or "
+            "`CONFIG SET appendonly yes` followed by `CONFIG REWRITE`",
+        )
+    return ok("redis", seen)
 
 
 # ---- HTTP services ----------------------------------------------------------------------------

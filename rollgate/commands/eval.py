@@ -79,7 +79,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
 
 def _pass_k(text: str | None, k: int) -> tuple[int, ...]:
     from rollgate.core.errors import BadRequest
-    from rollgate.evaluation.report import default_pass_k
+    from rollgate.core.eval_metrics import default_pass_k
 
     if not text:
         return default_pass_k(k)
@@ -106,7 +106,8 @@ def _run_eval(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from rollgate.core.errors import BadRequest
-    from rollgate.evaluation.report import MetricConfig, summary_table
+    from rollgate.core.eval_metrics import MetricConfig
+    from rollgate.evaluation.report import summary_table
     from rollgate.evaluation.run import EvalOptions, run_eval
     from rollgate.evaluation.sources import GatewaySource, StackSource
 

@@ -66,6 +66,8 @@ class GatewaySettings(BaseModel):
     # roles gateway and agent refuse to start without api_key unless auth is switched off here
     auth: bool = True
     queue_prefix: str = "rollgate:q"  # Redis key prefix of the job queue
+    # re-runs of an episode that ended env_error, model_error or timeout, for jobs that name none
+    retry_errors: int = Field(0, ge=0, le=10)
 
 
 class SandboxSettings(BaseModel):

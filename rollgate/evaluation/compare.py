@@ -11,8 +11,9 @@ from typing import Any
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest
+from rollgate.core.eval_metrics import TaskResult
 from rollgate.core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, paired_bootstrap
-from rollgate.evaluation.report import REPORT_KIND, REPORT_SCHEMA_VERSION, TaskResult, reduce_tasks
+from rollgate.evaluation.report import REPORT_KIND, REPORT_SCHEMA_VERSION, reduce_tasks
 from rollgate.evaluation.samples import COMPONENT, EvalDir, Sample, read_samples
 
 METRICS = ("mean_reward", "pass@1")

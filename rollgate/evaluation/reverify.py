@@ -21,9 +21,10 @@ from typing import Any
 from rollgate.agent_server import items as it
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest, RollgateError
+from rollgate.core.eval_metrics import MetricConfig, default_pass_k
 from rollgate.core.schemas import ErrorInfo, ErrorKind, Outcome, Trajectory, VerifyRequest
 from rollgate.evaluation.html import write_html
-from rollgate.evaluation.report import MetricConfig, build_report, default_pass_k
+from rollgate.evaluation.report import build_report
 from rollgate.evaluation.samples import COMPONENT, EvalDir, content_hash, read_trajectories, sample_of, task_tags
 from rollgate.evaluation.tasks import env_class
 

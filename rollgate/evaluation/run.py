@@ -17,9 +17,10 @@ from typing import Any
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest
+from rollgate.core.eval_metrics import MetricConfig
 from rollgate.core.schemas import Trajectory
 from rollgate.evaluation.html import write_html
-from rollgate.evaluation.report import MetricConfig, build_report
+from rollgate.evaluation.report import build_report
 from rollgate.evaluation.samples import COMPONENT, EvalDir, read_samples, sample_of
 from rollgate.evaluation.sources import SampleRequest, Source
 from rollgate.evaluation.tasks import (

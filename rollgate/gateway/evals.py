@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest, RollgateError
+from rollgate.core.eval_metrics import MetricConfig, TaskResult, env_blocks
 from rollgate.core.schemas import ErrorKind, Outcome
-from rollgate.core.stats import CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_mean, majority_at_k, pass_at_k
 from rollgate.jobs.queue import EvalOptions, JobProgress, JobQueue, decode_record
 
 COMPONENT = "gateway"
@@ -37,25 +37,8 @@ class JobNotFinished(RollgateError):
 
 
 @dataclass
-class TaskSamples:
-    """One row of the job with its k samples, reduced to what every metric is a mean of."""
-
-    env: str
-    task_id: str
-    samples: int = 0
-    rewards: list[float] = field(default_factory=list)
-    correct: list[bool] = field(default_factory=list)
-    answers: list[str | None] = field(default_factory=list)
-    failures: Counter = field(default_factory=Counter)
-
-    @property
-    def valid(self) -> int:
-        return len(self.rewards)
-
-
-@dataclass
 class Collected:
-    tasks: dict[int, TaskSamples] = field(default_factory=dict)
+    tasks: dict[int, TaskResult] = field(default_factory=dict)
     models: set[str] = field(default_factory=set)
     versions: set[str] = field(default_factory=set)
     weights: set[str] = field(default_factory=set)
@@ -81,7 +64,7 @@ def collect(records: Sequence[tuple[str, dict[str, Any]]], threshold: float, def
         key = row if isinstance(row, int) else -1 - len(out.tasks)
         t = out.tasks.get(key)
         if t is None:
-            t = out.tasks[key] = TaskSamples(str(task.get("env") or default_env), str(task.get("task_id")))
+            t = out.tasks[key] = TaskResult(str(task.get("env") or default_env), str(task.get("task_id")), {})
         t.samples += 1
         reward = rec.get("reward")
         if rec.get("outcome") in REWARDED and reward is not None:
@@ -103,48 +86,10 @@ def collect(records: Sequence[tuple[str, dict[str, Any]]], threshold: float, def
         t = out.tasks.get(row) if isinstance(row, int) else None
         if t is None:
             key = row if isinstance(row, int) else -1 - len(out.tasks)
-            t = out.tasks[key] = TaskSamples(str(default_env or "unknown"), str(rec.get("task_id")))
+            t = out.tasks[key] = TaskResult(str(default_env or "unknown"), str(rec.get("task_id")), {})
         t.samples += 1
         t.failures["failed"] += 1
     return out
-
-
-def _estimate(values: Sequence[float]) -> dict[str, Any] | None:
-    est = bootstrap_mean(values, resamples=DEFAULT_RESAMPLES, seed=DEFAULT_SEED)
-    return est.as_dict() if est is not None else None
-
-
-def metrics_of(tasks: Sequence[TaskSamples], opts: EvalOptions, *, majority: bool) -> dict[str, Any]:
-    """Means over tasks with intervals; a task enters pass@k only with at least k valid samples
-    (fewer cannot give the unbiased estimate), and is counted apart in tasks_short_of_k."""
-    scored = [t for t in tasks if t.valid]
-    out: dict[str, Any] = {"mean_reward": _estimate([sum(t.rewards) / t.valid for t in scored])}
-    for k in opts.pass_k:
-        out[f"pass@{k}"] = _estimate([pass_at_k(t.valid, sum(t.correct), k) for t in scored if t.valid >= k])
-    if majority:
-        for k in opts.pass_k:
-            out[f"majority@{k}"] = _estimate(
-                [majority_at_k(t.answers, t.correct, k, seed=DEFAULT_SEED) for t in scored if t.valid >= k]
-            )
-    return out
-
-
-def counts_of(tasks: Sequence[TaskSamples], k: int) -> dict[str, Any]:
-    samples = sum(t.samples for t in tasks)
-    valid = sum(t.valid for t in tasks)
-    failures: Counter = Counter()
-    for t in tasks:
-        failures.update(t.failures)
-    return {
-        "tasks": len(tasks),
-        "samples": samples,
-        "valid_samples": valid,
-        "failed_samples": samples - valid,
-        "failures": dict(sorted(failures.items())),
-        "failure_fraction": (samples - valid) / samples if samples else 0.0,
-        "tasks_short_of_k": sum(t.valid < k for t in tasks),
-        "tasks_without_valid_samples": sum(t.valid == 0 for t in tasks),
-    }
 
 
 def _one_or_list(values: set[str], fallback: str | None) -> str | list[str] | None:
@@ -156,18 +101,8 @@ def _one_or_list(values: set[str], fallback: str | None) -> str | list[str] | No
 def build_report(prog: JobProgress, records: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     opts = prog.eval or EvalOptions(k=1, pass_k=[1])
     got = collect(records, opts.threshold, prog.env)
-    tasks = list(got.tasks.values())
-    per_env: dict[str, Any] = {}
-    majority_everywhere = bool(tasks)
-    for name in sorted({t.env for t in tasks}):
-        ts = [t for t in tasks if t.env == name]
-        majority = any(a is not None for t in ts for a in t.answers)
-        majority_everywhere &= majority
-        per_env[name] = {
-            **counts_of(ts, opts.k),
-            "majority_available": majority,
-            **metrics_of(ts, opts, majority=majority),
-        }
+    cfg = MetricConfig(k=opts.k, pass_k=tuple(opts.pass_k), threshold=opts.threshold)
+    per_env, overall = env_blocks(list(got.tasks.values()), cfg)
     finished = prog.finished_at or prog.created_at
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
@@ -185,20 +120,9 @@ def build_report(prog: JobProgress, records: Sequence[tuple[str, dict[str, Any]]
             "policy_version": prog.policy_version or _one_or_list(got.versions, None),
             "weight_versions": sorted(got.weights),
         },
-        "config": {
-            "k": opts.k,
-            "pass_k": list(opts.pass_k),
-            "threshold": opts.threshold,
-            "correct": f"reward >= {opts.threshold:g}",
-            "bootstrap": {
-                "resamples": DEFAULT_RESAMPLES,
-                "seed": DEFAULT_SEED,
-                "confidence": CONFIDENCE,
-                "over": "tasks",
-            },
-        },
+        "config": cfg.as_dict(),
         "envs": per_env,
-        "overall": {**counts_of(tasks, opts.k), **metrics_of(tasks, opts, majority=majority_everywhere)},
+        "overall": overall,
     }
 
 

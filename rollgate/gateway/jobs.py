@@ -1,7 +1,7 @@
 """Rollout jobs: the routes (the request and its planning are rollgate.jobs.plan).
 
 POST /v1/rollouts            {tasks, env?, repeats, sampling, policy_version?, purpose?, k?, threshold?,
-                             pass_k?} -> {job_id, num_tasks}
+                             pass_k?, retry_errors?, priority?} -> {job_id, num_tasks}
 GET  /v1/rollouts            recent jobs with their progress (the viewer's job list)
 GET  /v1/rollouts/summary    finished jobs per policy version: training reward and evaluation results
 GET  /v1/rollouts/{job}      progress: state, done/total, counts by outcome, mean reward
@@ -56,6 +56,7 @@ def jobs_router(
     known_envs: Callable[[], list[str]],
     model_name: str,
     max_task_bytes: int,
+    retry_errors: int = 0,
     metrics: Metrics | None = None,
 ) -> APIRouter:
     metrics = metrics if metrics is not None else Metrics.off()
@@ -83,7 +84,13 @@ def jobs_router(
             e = exc.errors()[0]
             field = ".".join(str(x) for x in e.get("loc", ())) or "body"
             raise BadRequest(f"{field}: {e.get('msg')}", component=COMPONENT, field=field) from None
-        spec, tasks = plan_job(req, known_envs=known_envs(), model_name=model_name, max_task_bytes=max_task_bytes)
+        spec, tasks = plan_job(
+            req,
+            known_envs=known_envs(),
+            model_name=model_name,
+            max_task_bytes=max_task_bytes,
+            retry_errors=retry_errors,
+        )
         await queue.submit(spec, tasks)
         metrics.jobs.labels("submitted").inc()
         metrics.queue_depth.set(await queue.queued())

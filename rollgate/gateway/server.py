@@ -52,6 +52,7 @@ def create_gateway_app(
             known_envs=known_envs,
             model_name=settings.model.served_name,
             max_task_bytes=settings.gateway.max_task_bytes,
+            retry_errors=settings.gateway.retry_errors,
             metrics=metrics,
         )
     )
@@ -76,6 +77,13 @@ def create_gateway_app(
     async def startup() -> None:
         for hook in on_startup:
             await hook()
+        try:
+            problem = await queue.persistence_warning()
+        except Exception as exc:  # noqa: BLE001 - an unreachable queue is reported by /healthz and doctor
+            problem = None
+            log.warning("could not check the job queue's persistence: %s", exc)
+        if problem:
+            log.warning("job queue: %s; set appendonly yes on Redis (see `rollgate doctor`)", problem)
         gauge_task.append(asyncio.create_task(refresh_queue_depth()))
 
     async def shutdown() -> None:

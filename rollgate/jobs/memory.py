@@ -1,6 +1,8 @@
 """In-process job queue (the embedded shape): the same contract as the Redis one, in memory.
 
-All state changes happen without an await in between, so one event loop needs no locks."""
+All state changes happen without an await in between, so one event loop needs no locks.
+Concurrent jobs share the workers in weighted round-robin (a job gives up to `priority` tasks,
+then the next job's turn comes), as the Redis queue does."""
 
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ class _Job:
     attempts: dict[str, int] = field(default_factory=dict)
     finished_at: float | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: deque[str] = field(default_factory=deque)  # keys waiting for a worker
 
 
 @dataclass
@@ -65,7 +68,8 @@ class MemoryJobQueue:
         self.max_attempts = max_attempts
         self.max_jobs = max_jobs  # finished jobs beyond this are forgotten, oldest first
         self._jobs: dict[str, _Job] = {}
-        self._ready: deque[tuple[str, str]] = deque()
+        self._ring: deque[str] = deque()  # jobs with waiting tasks, in turn order
+        self._credit = 0  # tasks the job at the ring's head may still give before it rotates
         self._leases: dict[str, _Lease] = {}
         self._ids = itertools.count(1)
         self._outstanding = 0  # submitted tasks without a record yet
@@ -86,8 +90,9 @@ class MemoryJobQueue:
                 retry_after_s=5.0,
             )
         self._forget_old_jobs()
-        self._jobs[spec.job_id] = _Job(spec=spec, tasks={t.key: t for t in tasks})
-        self._ready.extend((spec.job_id, t.key) for t in tasks)
+        job = self._jobs[spec.job_id] = _Job(spec=spec, tasks={t.key: t for t in tasks})
+        job.ready.extend(t.key for t in tasks)
+        self._ring.append(spec.job_id)
         self._outstanding += len(tasks)
         self._work.set()
 
@@ -104,7 +109,31 @@ class MemoryJobQueue:
                 job = self._jobs.get(lease.job_id)
                 if job is not None and lease.key not in job.done:
                     job.reclaimed += 1
-                    self._ready.appendleft((lease.job_id, lease.key))
+                    self._requeue(job, lease.key)
+
+    def _requeue(self, job: _Job, key: str) -> None:
+        """A task back in line (its worker died or gave it back): first of its job's tasks."""
+        if not job.ready and job.spec.job_id not in self._ring:
+            self._ring.append(job.spec.job_id)
+        job.ready.appendleft(key)
+
+    def _next_ready(self) -> tuple[_Job, str] | None:
+        """The next task in weighted round-robin order across jobs."""
+        while self._ring:
+            job = self._jobs.get(self._ring[0])
+            if job is None or not job.ready:
+                self._ring.popleft()  # forgotten, or nothing left to give
+                self._credit = 0
+                continue
+            if self._credit <= 0:
+                self._credit = job.spec.priority
+            key = job.ready.popleft()
+            self._credit -= 1
+            if self._credit <= 0 or not job.ready:
+                self._ring.rotate(-1)
+                self._credit = 0
+            return job, key
+        return None
 
     async def claim(self, consumer: str, count: int, *, block_s: float = 1.0) -> list[Claim]:
         deadline = time.monotonic() + block_s
@@ -112,10 +141,10 @@ class MemoryJobQueue:
             now = time.monotonic()
             self._reclaim_expired(now)
             out: list[Claim] = []
-            while self._ready and len(out) < count:
-                job_id, key = self._ready.popleft()
-                job = self._jobs.get(job_id)
-                if job is None or key in job.done:
+            while len(out) < count and (nxt := self._next_ready()) is not None:
+                job, key = nxt
+                job_id = job.spec.job_id
+                if key in job.done:
                     continue  # cancelled or finished while waiting
                 attempt = job.attempts.get(key, 0) + 1
                 job.attempts[key] = attempt
@@ -150,7 +179,7 @@ class MemoryJobQueue:
                 job = self._jobs.get(lease.job_id)
                 if job is not None and lease.key not in job.done:
                     job.attempts[lease.key] = max(0, job.attempts.get(lease.key, 1) - 1)
-                    self._ready.appendleft((lease.job_id, lease.key))
+                    self._requeue(job, lease.key)
         self._work.set()
 
     def _store(self, job: _Job, key: str, record: dict[str, Any]) -> bool:
@@ -226,6 +255,9 @@ class MemoryJobQueue:
 
     async def queued(self) -> int:
         return self._outstanding
+
+    async def persistence_warning(self) -> str | None:
+        return None  # the embedded shape: the queue lives and dies with the process that runs the jobs
 
     async def close(self) -> None:
         self._work.set()

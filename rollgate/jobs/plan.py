@@ -21,6 +21,8 @@ from rollgate.jobs.queue import EvalOptions, JobPurpose, JobSpec, TaskEnvelope
 
 COMPONENT = "gateway"
 DEFAULT_REWARD_RANGE = (0.0, 1.0)
+MAX_RETRY_ERRORS = 10
+MAX_PRIORITY = 100
 
 
 class RolloutRequest(BaseModel):
@@ -50,6 +52,21 @@ class RolloutRequest(BaseModel):
         max_length=32,
         description="eval only: the k values of pass@k (default 1, 2, 4, ... up to k, and k)",
     )
+    retry_errors: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_RETRY_ERRORS,
+        description="re-runs (each a fresh episode with a fresh session) of an episode that ended env_error, "
+        "model_error or timeout; completed, truncated and cancelled episodes are never re-run. "
+        "Default: the gateway's gateway.retry_errors",
+    )
+    priority: int = Field(
+        1,
+        ge=1,
+        le=MAX_PRIORITY,
+        description="the job's share of the workers against other running jobs (weighted round-robin): "
+        "a job of priority 2 gets twice the tasks of a job of priority 1 while both have work",
+    )
 
 
 class SubmitResponse(BaseModel):
@@ -61,7 +78,12 @@ class SubmitResponse(BaseModel):
 
 
 def plan_job(
-    req: RolloutRequest, *, known_envs: list[str], model_name: str, max_task_bytes: int = 1_000_000
+    req: RolloutRequest,
+    *,
+    known_envs: list[str],
+    model_name: str,
+    max_task_bytes: int = 1_000_000,
+    retry_errors: int = 0,
 ) -> tuple[JobSpec, list[TaskEnvelope]]:
     """Validate every row (the first bad one is a 400 naming its index and field) and expand
     the job into tasks: rows x repeats, the repeats of a row sharing one group."""
@@ -74,6 +96,7 @@ def plan_job(
             field="env",
         )
     repeats, eval_options = eval_plan(req)
+    retries = retry_errors if req.retry_errors is None else req.retry_errors
     job_id = f"job_{uuid.uuid4().hex}"
     sampling = req.sampling.model_dump(exclude_none=True)
     tasks: list[TaskEnvelope] = []
@@ -102,6 +125,7 @@ def plan_job(
                     env=task.env,
                     sampling=sampling,
                     policy_version=req.policy_version,
+                    retry_errors=retries,
                 )
             )
     if eval_options is not None:
@@ -118,6 +142,8 @@ def plan_job(
         model=model_name,
         purpose=req.purpose,
         eval=eval_options,
+        retry_errors=retries,
+        priority=req.priority,
     )
     return spec, tasks
 

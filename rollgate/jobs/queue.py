@@ -36,7 +36,8 @@ from rollgate.core.schemas import (
 # A task whose claims outlive this many workers is failed instead of killing a fourth one.
 DEFAULT_MAX_ATTEMPTS = 3
 
-JobState = Literal["running", "done", "cancelled"]
+# "failed": the job's queue state was lost (rollgate.jobs.redis_loss); `error` says why.
+JobState = Literal["running", "done", "cancelled", "failed"]
 # What a job is for: "train" batches feed a trainer; "eval" jobs measure a policy version and
 # have an evaluation report (GET /v1/rollouts/{job}/report).
 JobPurpose = Literal["train", "eval"]
@@ -63,6 +64,7 @@ class TaskEnvelope(BaseModel):
     env: str
     sampling: dict[str, Any] = Field(default_factory=dict)
     policy_version: str | None = None
+    retry_errors: int = 0  # re-runs of an episode that ended env_error, model_error or timeout
 
 
 class JobSpec(BaseModel):
@@ -77,6 +79,8 @@ class JobSpec(BaseModel):
     model: str = "unknown"
     purpose: JobPurpose = "train"
     eval: EvalOptions | None = None
+    retry_errors: int = 0
+    priority: int = 1  # a job's share of the workers relative to other running jobs
 
 
 class JobProgress(BaseModel):
@@ -96,6 +100,9 @@ class JobProgress(BaseModel):
     model: str | None = None
     purpose: JobPurpose = "train"
     eval: EvalOptions | None = None
+    retry_errors: int = 0
+    priority: int = 1
+    error: str | None = None  # why a `failed` job failed
 
     @property
     def finished(self) -> bool:
@@ -127,6 +134,7 @@ class JobQueue(Protocol):
         self, job_id: str, after: int, *, limit: int = 1000, timeout_s: float = 10.0
     ) -> list[bytes]: ...
     async def queued(self) -> int: ...
+    async def persistence_warning(self) -> str | None: ...  # what a restart of the store would lose
     async def close(self) -> None: ...
 
 
@@ -191,6 +199,7 @@ def progress_from(
     rewarded: int,
     reclaimed: int,
     finished_at: float | None,
+    error: str | None = None,
 ) -> JobProgress:
     return JobProgress(
         job_id=spec.job_id,
@@ -208,4 +217,7 @@ def progress_from(
         model=spec.model,
         purpose=spec.purpose,
         eval=spec.eval,
+        retry_errors=spec.retry_errors,
+        priority=spec.priority,
+        error=error,
     )

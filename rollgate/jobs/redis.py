@@ -4,15 +4,20 @@ visibility timeout (XAUTOCLAIM). Live workers heart-beat their claims so a long 
 taken over.
 
 Keys under `{prefix}`:
-  stream                one entry per task {job, key}; consumer group "workers"
+  active                LIST of running job ids: the ring claimers rotate over (fair share)
+  credit                tasks the job at the ring's head may still give before it rotates
+  bell                  a short stream a submit rings, so idle workers wake at once
   queued                tasks submitted and not yet recorded (the capacity bound)
   jobs                  ZSET of job ids by creation time (the job list)
+  job:{id}:stream       one entry per task {key}; consumer group "workers"
   job:{id}:spec         JobSpec JSON            job:{id}:tasks   HASH key -> TaskEnvelope JSON
   job:{id}:done         HASH key -> 1           job:{id}:results LIST of stored records
-  job:{id}:stats        HASH total, done, o:<outcome>, rsum, rn, reclaimed, state, finished_at
+  job:{id}:stats        HASH total, done, o:<outcome>, rsum, rn, reclaimed, state, priority, ...
   job:{id}:attempts     HASH key -> claims so far
-A record is stored by one Lua script ("set if absent" on done, then append): exactly one
-record per task, whatever the number of executions.
+A stream per job lets workers serve concurrent jobs in weighted round-robin (by `priority`)
+instead of first-in-first-out across jobs (rollgate.jobs.redis_scripts.CLAIM). A record is
+stored by one Lua script ("set if absent" on done, then append): exactly one record per task,
+whatever the number of executions.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from rollgate.jobs.queue import (
     encode_record,
     progress_from,
 )
+from rollgate.jobs.redis_loss import REQUIRED, mark_lost, may_have_lost, persistence_problem
 
 log = logging.getLogger("rollgate.queue")
 
@@ -66,31 +72,19 @@ class RedisJobQueue:
         self._submit = self._r.register_script(lua.SUBMIT)
         self._complete = self._r.register_script(lua.COMPLETE)
         self._touch = self._r.register_script(lua.TOUCH)
-        self._group_ready = False
+        self._claim_script = self._r.register_script(lua.CLAIM)
         self._specs: dict[str, JobSpec] = {}
+        self._last_state: dict[str, str] = {}  # job -> the state this process last read
 
     # keys -----------------------------------------------------------------------------
-    @property
-    def _stream(self) -> str:
-        return f"{self.prefix}:stream"
+    def _k(self, name: str) -> str:
+        return f"{self.prefix}:{name}"
 
     def _jk(self, job_id: str, part: str) -> str:
         return f"{self.prefix}:job:{job_id}:{part}"
 
     async def _call(self, coro):
         return await call(coro, component="queue")
-
-    async def _ensure_group(self) -> None:
-        if self._group_ready:
-            return
-        import redis.exceptions as rexc
-
-        try:
-            await self._call(self._r.xgroup_create(self._stream, GROUP, id="0", mkstream=True))
-        except rexc.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-        self._group_ready = True
 
     async def _spec(self, job_id: str) -> JobSpec:
         spec = self._specs.get(job_id)
@@ -99,14 +93,41 @@ class RedisJobQueue:
             if raw is None:
                 raise NotFound(f"unknown or expired rollout job {job_id!r}", component="gateway", field="job_id")
             spec = JobSpec.model_validate_json(raw)
-            if len(self._specs) > 10_000:
-                self._specs.clear()
-            self._specs[job_id] = spec
+            self._remember(spec)
         return spec
+
+    def _remember(self, spec: JobSpec) -> None:
+        if len(self._specs) > 10_000:
+            self._specs.clear()
+            self._last_state.clear()
+        self._specs[spec.job_id] = spec
+
+    async def _state(self, job_id: str, *, full: bool) -> tuple[Any, list[str]]:
+        """-> (the stats hash, or its state field, and the required keys that are missing)."""
+        async with self._r.pipeline(transaction=True) as pipe:  # one snapshot: no false alarm
+            if full:
+                pipe.hgetall(self._jk(job_id, "stats"))
+            else:
+                pipe.hget(self._jk(job_id, "stats"), "state")
+            for part in REQUIRED:
+                pipe.exists(self._jk(job_id, part))
+            got = await self._call(pipe.execute())
+        return got[0], [part for part, n in zip(REQUIRED, got[1:], strict=True) if not n]
+
+    async def _lost(self, job_id: str, missing: list[str]) -> bool:
+        """A job whose keys vanished while it ran is marked failed (rollgate.jobs.redis_loss)."""
+        spec = self._specs.get(job_id)
+        if not missing or spec is None or not may_have_lost(self, spec):
+            return False
+        await mark_lost(self, spec, missing)
+        return True
+
+    async def persistence_warning(self) -> str | None:
+        """What a Redis crash would lose (the gateway logs it at start-up), or None."""
+        return await persistence_problem(self._r)
 
     # producer side ----------------------------------------------------------------------
     async def submit(self, spec: JobSpec, tasks: list[TaskEnvelope]) -> None:
-        await self._ensure_group()
         args: list[Any] = [
             self.max_queued_tasks,
             len(tasks),
@@ -114,6 +135,7 @@ class RedisJobQueue:
             spec.model_dump_json(),
             spec.created_at,
             int(self.result_ttl_s),
+            spec.priority,
         ]
         for t in tasks:
             args += [t.key, t.model_dump_json()]
@@ -121,12 +143,14 @@ class RedisJobQueue:
         ok, queued = await self._call(
             self._submit(
                 keys=[
-                    f"{self.prefix}:queued",
-                    self._stream,
+                    self._k("queued"),
+                    self._k("active"),
                     self._jk(j, "tasks"),
                     self._jk(j, "spec"),
-                    f"{self.prefix}:jobs",
+                    self._k("jobs"),
                     self._jk(j, "stats"),
+                    self._jk(j, "stream"),
+                    self._k("bell"),
                 ],
                 args=args,
             )
@@ -138,71 +162,58 @@ class RedisJobQueue:
                 component="gateway",
                 retry_after_s=5.0,
             )
+        self._remember(spec)  # this gateway can then tell the job's loss from an unknown job
 
     # consumer side ----------------------------------------------------------------------
     async def claim(self, consumer: str, count: int, *, block_s: float = 1.0) -> list[Claim]:
-        import redis.exceptions as rexc
-
-        await self._ensure_group()
-        try:
-            return await self._claim(consumer, count, block_s)
-        except rexc.ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            # The stream was deleted under us (e.g. Redis restarted without persistence): recreate.
-            self._group_ready = False
-            await self._ensure_group()
-            return await self._claim(consumer, count, block_s)
-
-    async def _claim(self, consumer: str, count: int, block_s: float) -> list[Claim]:
-        entries: list[tuple[bytes, dict]] = []
-        # Take over tasks whose worker stopped heart-beating before reading new ones.
-        res = await self._call(
-            self._r.xautoclaim(self._stream, GROUP, consumer, int(self.visibility_timeout_s * 1000), "0-0", count=count)
-        )
-        reclaimed = [(eid, fields) for eid, fields in res[1] if fields]
-        entries += reclaimed
-        if len(entries) < count:
-            got = await self._call(
-                self._r.xreadgroup(
-                    GROUP,
-                    consumer,
-                    {self._stream: ">"},
-                    count=count - len(entries),
-                    block=max(1, int(min(block_s, 5.0) * 1000)),
-                )
+        bell, entries = await self._claim_round(consumer, count)
+        if not entries and block_s > 0:
+            # Nothing to do: sleep until a job is submitted (the bell rings) or block_s passes.
+            # The bell id came from the same atomic script, so a submit in between is not missed.
+            rang = await self._call(
+                self._r.xread({self._k("bell"): bell}, count=1, block=max(1, int(min(block_s, 5.0) * 1000)))
             )
-            for _, items in got or []:
-                entries += [(eid, f) for eid, f in items if f]
-        reclaimed_ids = {eid for eid, _ in reclaimed}
-        return await self._prepare(consumer, entries, reclaimed_ids)
+            if rang:
+                _, entries = await self._claim_round(consumer, count)
+        return await self._prepare(consumer, entries)
 
-    async def _prepare(self, consumer: str, entries, reclaimed_ids: set) -> list[Claim]:
+    async def _claim_round(self, consumer: str, count: int) -> tuple[bytes, list[tuple[str, bytes, str, bool]]]:
+        bell, flat = await self._call(
+            self._claim_script(
+                keys=[self._k("active"), self._k("credit"), self._k("bell")],
+                args=[self.prefix, consumer, count, int(self.visibility_timeout_s * 1000)],
+            )
+        )
+        entries = [
+            (flat[i].decode(), flat[i + 1], flat[i + 2].decode(), flat[i + 3] == b"1") for i in range(0, len(flat), 4)
+        ]
+        return bell, entries
+
+    async def _prepare(self, consumer: str, entries: list[tuple[str, bytes, str, bool]]) -> list[Claim]:
         if not entries:
             return []
         async with self._r.pipeline(transaction=False) as pipe:
-            for eid, f in entries:
-                job, key = f[b"job"].decode(), f[b"key"].decode()
+            for job, _eid, key, reclaimed in entries:
                 pipe.hget(self._jk(job, "tasks"), key)
                 pipe.hexists(self._jk(job, "done"), key)
                 pipe.hincrby(self._jk(job, "attempts"), key, 1)
                 pipe.expire(self._jk(job, "attempts"), int(self.result_ttl_s))
-                if eid in reclaimed_ids:
+                if reclaimed:
                     pipe.hincrby(self._jk(job, "stats"), "reclaimed", 1)
             replies = await self._call(pipe.execute())
         out: list[Claim] = []
         i = 0
-        for eid, _f in entries:
+        for job, eid, _key, reclaimed in entries:
             raw, done, attempt = replies[i], replies[i + 1], int(replies[i + 2])
-            i += 5 if eid in reclaimed_ids else 4
+            i += 5 if reclaimed else 4
             delivery = eid.decode()
             if raw is None or done:
                 # Job expired, or the task already has its record (cancel, or a slow duplicate).
-                await self._ack(delivery)
+                await self._ack(job, delivery)
                 continue
             task = TaskEnvelope.model_validate_json(raw)
             claim = Claim(task=task, delivery_id=delivery, attempt=attempt)
-            if eid in reclaimed_ids:
+            if reclaimed:
                 log.warning(
                     "reclaimed task %s of job %s (attempt %d)",
                     task.key,
@@ -216,24 +227,26 @@ class RedisJobQueue:
             out.append(claim)
         return out
 
-    async def _ack(self, delivery_id: str) -> None:
+    async def _ack(self, job_id: str, delivery_id: str) -> None:
         async with self._r.pipeline(transaction=True) as pipe:
-            pipe.xack(self._stream, GROUP, delivery_id)
-            pipe.xdel(self._stream, delivery_id)
+            pipe.xack(self._jk(job_id, "stream"), GROUP, delivery_id)
+            pipe.xdel(self._jk(job_id, "stream"), delivery_id)
             await self._call(pipe.execute())
+
+    def _touch_args(self, claims: list[Claim]) -> list[str]:
+        return [x for c in claims for x in (self._jk(c.task.job_id, "stream"), c.delivery_id)]
 
     async def heartbeat(self, consumer: str, claims: list[Claim]) -> None:
         if claims:
-            await self._call(self._touch(keys=[self._stream], args=[consumer, 0, *[c.delivery_id for c in claims]]))
+            await self._call(self._touch(keys=[], args=[consumer, 0, *self._touch_args(claims)]))
 
     async def release(self, consumer: str, claims: list[Claim]) -> None:
         # Mark our entries idle for longer than the visibility timeout: the next XAUTOCLAIM of
         # any worker takes them at once.
         if claims:
             idle_ms = int(self.visibility_timeout_s * 1000) + 1000
-            await self._call(
-                self._touch(keys=[self._stream], args=[consumer, idle_ms, *[c.delivery_id for c in claims]])
-            )
+            await self._call(self._touch(keys=[], args=[consumer, idle_ms, *self._touch_args(claims)]))
+            await self._call(self._r.xadd(self._k("bell"), {"released": len(claims)}, maxlen=100, approximate=True))
 
     async def _store(self, job_id: str, key: str, record: dict[str, Any], delivery_id: str = "") -> bool:
         stored, label, reward = encode_record(record)
@@ -243,8 +256,9 @@ class RedisJobQueue:
                     self._jk(job_id, "done"),
                     self._jk(job_id, "results"),
                     self._jk(job_id, "stats"),
-                    self._stream,
-                    f"{self.prefix}:queued",
+                    self._jk(job_id, "stream"),
+                    self._k("queued"),
+                    self._k("active"),
                 ],
                 args=[
                     key,
@@ -254,6 +268,7 @@ class RedisJobQueue:
                     "" if reward is None else repr(reward),
                     int(self.result_ttl_s),
                     repr(time.time()),
+                    job_id,
                 ],
             )
         )
@@ -276,6 +291,7 @@ class RedisJobQueue:
                 repr(time.time()),
             )
         )
+        await self._call(self._r.lrem(self._k("active"), 0, job_id))
         keys = await self._call(self._r.hkeys(self._jk(job_id, "tasks")))
         done = set(await self._call(self._r.hkeys(self._jk(job_id, "done"))))
         missing = [k for k in keys if k not in done]
@@ -302,10 +318,14 @@ class RedisJobQueue:
 
     async def progress(self, job_id: str) -> JobProgress:
         spec = await self._spec(job_id)
-        raw = await self._call(self._r.hgetall(self._jk(job_id, "stats")))
+        raw, missing = await self._state(job_id, full=True)
+        if raw.get(b"state", b"running") == b"running" and await self._lost(job_id, missing):
+            raw = await self._call(self._r.hgetall(self._jk(job_id, "stats")))
         if not raw:
             raise NotFound(f"unknown or expired rollout job {job_id!r}", component="gateway", field="job_id")
-        return self._progress(spec, raw)
+        prog = self._progress(spec, raw)
+        self._last_state[job_id] = prog.state
+        return prog
 
     @staticmethod
     def _progress(spec: JobSpec, raw: dict[bytes, bytes]) -> JobProgress:
@@ -320,16 +340,17 @@ class RedisJobQueue:
             int(s.get("rn", 0)),
             int(s.get("reclaimed", 0)),
             float(s["finished_at"]) if "finished_at" in s else None,
+            s.get("error"),
         )
 
     async def list_jobs(self, limit: int = 100) -> list[JobProgress]:
-        ids = [j.decode() for j in await self._call(self._r.zrevrange(f"{self.prefix}:jobs", 0, limit - 1))]
+        ids = [j.decode() for j in await self._call(self._r.zrevrange(self._k("jobs"), 0, limit - 1))]
         out: list[JobProgress] = []
         for j in ids:
             try:
                 out.append(await self.progress(j))
             except NotFound:
-                await self._call(self._r.zrem(f"{self.prefix}:jobs", j))  # expired
+                await self._call(self._r.zrem(self._k("jobs"), j))  # expired
         return out
 
     async def results(self, job_id: str, after: int, limit: int = 1000) -> list[bytes]:
@@ -344,16 +365,19 @@ class RedisJobQueue:
             out = await self.results(job_id, after, limit)
             if out or time.monotonic() >= deadline:
                 return out
-            state = await self._call(self._r.hget(self._jk(job_id, "stats"), "state"))
+            state, missing = await self._state(job_id, full=False)
+            if state in (None, b"running") and await self._lost(job_id, missing):
+                return await self.results(job_id, after, limit)
             if state is None:
                 raise NotFound(f"unknown or expired rollout job {job_id!r}", component="gateway", field="job_id")
             if state != b"running":
+                self._last_state[job_id] = state.decode()
                 return await self.results(job_id, after, limit)
             await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 0.25)
 
     async def queued(self) -> int:
-        return int(await self._call(self._r.get(f"{self.prefix}:queued")) or 0)
+        return int(await self._call(self._r.get(self._k("queued"))) or 0)
 
     async def close(self) -> None:
         await self._r.aclose()

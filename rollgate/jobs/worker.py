@@ -1,13 +1,16 @@
 """The agent worker: claims tasks from the job queue, runs up to `concurrency` episodes at once,
 and completes each task with exactly one record (a Trajectory, or a FailureRecord for a row the
-agent refused). Claims are heart-beaten while their episode runs, tasks of a cancelled job are
-stopped early, and a graceful stop gives unfinished claims back to the queue at once."""
+agent refused). Infrastructure failures are re-run before the task is completed (the job's
+`retry_errors`), so retries never add records. Claims are heart-beaten while their episode
+runs, tasks of a cancelled job are stopped early, and a graceful stop gives unfinished claims
+back to the queue at once."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import random
 import secrets
 import socket
 from typing import Any, Protocol
@@ -16,7 +19,7 @@ from rollgate.agent_server.agent import RunContext
 from rollgate.core.errors import RollgateError, UpstreamError
 from rollgate.core.metrics import Metrics
 from rollgate.core.rows import Task
-from rollgate.core.schemas import ErrorInfo, ErrorKind, FailureRecord, Trajectory
+from rollgate.core.schemas import ErrorInfo, ErrorKind, FailureRecord, Outcome, Trajectory
 from rollgate.jobs.queue import Claim, JobQueue, TaskEnvelope
 
 log = logging.getLogger("rollgate.worker")
@@ -38,8 +41,62 @@ def failure_record(task: TaskEnvelope, info: ErrorInfo) -> dict[str, Any]:
     )
 
 
-async def run_task(agent: EpisodeRunner, task: TaskEnvelope, cancel: asyncio.Event | None = None) -> dict[str, Any]:
-    """One episode -> its record. Never raises: every task must yield a record."""
+# Outcomes caused by the infrastructure (a part failed, hung or answered garbage), not by the
+# policy: re-running them as a fresh episode is safe. Completed, truncated and cancelled episodes
+# are final: re-running those would bias the sample.
+RETRYABLE = frozenset(o.value for o in (Outcome.env_error, Outcome.model_error, Outcome.timeout))
+MAX_BACKOFF_S = 30.0
+
+
+async def run_task(
+    agent: EpisodeRunner, task: TaskEnvelope, cancel: asyncio.Event | None = None, *, retry_backoff_s: float = 1.0
+) -> dict[str, Any]:
+    """One task -> its one record. Never raises: every task must yield a record.
+
+    An episode that ended in an infrastructure failure is re-run (a fresh episode, so a fresh
+    session) up to `task.retry_errors` times, with exponential backoff between attempts; each
+    attempt has the agent's full episode budget. The record says how many attempts it took and
+    keeps the failed attempts' errors in `metrics["attempt_errors"]`."""
+    failed: list[dict[str, Any]] = []
+    for attempt in range(1, task.retry_errors + 2):
+        record = await _run_once(agent, task, cancel)
+        outcome = record.get("outcome")
+        last = attempt > task.retry_errors
+        if outcome not in RETRYABLE or last or (cancel is not None and cancel.is_set()):
+            break
+        failed.append({"attempt": attempt, "outcome": outcome, **(record.get("error") or {})})
+        delay = min(MAX_BACKOFF_S, retry_backoff_s * 2 ** (attempt - 1)) * random.uniform(0.8, 1.2)
+        log.info(
+            "task %s of job %s ended %s (attempt %d of %d); retrying in %.2fs",
+            task.key,
+            task.job_id,
+            outcome,
+            attempt,
+            task.retry_errors + 1,
+            delay,
+            extra={"job_id": task.job_id},
+        )
+        if await _cancelled_within(cancel, delay):
+            break  # the job was cancelled while we waited: the last attempt's record stands
+    if "outcome" in record:  # a Trajectory (a refused row is a FailureRecord, never retried)
+        record["attempts"] = len(failed) + 1
+        if failed:
+            record.setdefault("metrics", {})["attempt_errors"] = failed
+    return record
+
+
+async def _cancelled_within(cancel: asyncio.Event | None, delay: float) -> bool:
+    if cancel is None:
+        await asyncio.sleep(delay)
+        return False
+    try:
+        await asyncio.wait_for(cancel.wait(), timeout=delay)
+        return True
+    except TimeoutError:
+        return False
+
+
+async def _run_once(agent: EpisodeRunner, task: TaskEnvelope, cancel: asyncio.Event | None) -> dict[str, Any]:
     ctx = RunContext(
         job_id=task.job_id,
         group_id=task.group_id,
@@ -75,6 +132,7 @@ class Worker:
         name: str | None = None,
         metrics: Metrics | None = None,
         block_s: float = 1.0,
+        retry_backoff_s: float = 1.0,
     ):
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -84,6 +142,7 @@ class Worker:
         self.name = name or worker_name()
         self.metrics = metrics if metrics is not None else Metrics.off()
         self.block_s = block_s
+        self.retry_backoff_s = retry_backoff_s  # the first wait before re-running a failed episode
         self._inflight: dict[str, tuple[Claim, asyncio.Event, asyncio.Task]] = {}
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task] = []
@@ -130,7 +189,7 @@ class Worker:
 
     async def _execute(self, claim: Claim, cancel: asyncio.Event) -> None:
         try:
-            record = await run_task(self.agent, claim.task, cancel)
+            record = await run_task(self.agent, claim.task, cancel, retry_backoff_s=self.retry_backoff_s)
             await self._complete(claim, record)
         finally:
             self._inflight.pop(claim.delivery_id, None)

@@ -20,6 +20,7 @@ from rollgate.core.errors import BadRequest
 from rollgate.core.items import response_text
 from rollgate.core.schemas import SeedResponse, ToolOutput, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import EnvRuntime
+from rollgate.resources_servers.interop.mcp_server import MCP_METHODS, MCP_PATH, MCPSessionEndpoint
 
 SESSION_COOKIE = "rollgate_session"
 
@@ -102,6 +103,9 @@ def env_router(runtime: EnvRuntime, r: APIRouter | None = None) -> APIRouter:
     async def delete(session_id: str) -> Response:
         return await h.delete({"session_id": session_id}, b"")
 
+    # MCP over streamable HTTP (interop/mcp_server.py): a plain ASGI route added last, so the
+    # native routes match before it; the `mcp` package loads on its first request only.
+    r.add_route(MCP_PATH, MCPSessionEndpoint(runtime), methods=MCP_METHODS, include_in_schema=False)
     return r
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from rollgate.core.eval_metrics import MetricConfig
 from rollgate.core.schemas import ErrorInfo, ErrorKind, Outcome
 from rollgate.evaluation.html import write_html
-from rollgate.evaluation.report import MetricConfig, build_report
+from rollgate.evaluation.report import build_report
 from rollgate.evaluation.samples import Sample
 from tests.observability.browser import Browser, find_chromium
 

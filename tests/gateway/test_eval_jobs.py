@@ -9,8 +9,9 @@ import math
 
 import pytest
 
+from rollgate.core.eval_metrics import MetricConfig
 from rollgate.core.schemas import Outcome
-from rollgate.evaluation.report import MetricConfig, build_report
+from rollgate.evaluation.report import build_report
 from rollgate.evaluation.samples import Sample
 from tests.gateway.serving import NO_EPISODE, gateway_client, work
 

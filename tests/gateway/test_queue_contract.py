@@ -236,11 +236,13 @@ async def test_redis_queue_recovers_when_its_stream_disappears(redis_url, redis_
     try:
         spec, tasks = make_job("job_before", 1)
         await q.submit(spec, tasks)
-        await q._r.delete(f"{redis_prefix}:stream")  # e.g. Redis restarted without persistence
+        await q._r.delete(f"{redis_prefix}:job:job_before:stream")  # e.g. evicted under memory pressure
         spec, tasks = make_job("job_after", 1)
         await q.submit(spec, tasks)
         claims = await q.claim("w", 5, block_s=0.2)
         assert [c.task.job_id for c in claims] == ["job_after"]
+        lost = await q.progress("job_before")  # noticed, not left running (tests/gateway/test_lost_state.py)
+        assert lost.state == "failed" and lost.done == 1 and "stream" in lost.error
     finally:
         await q.clear()
         await q.close()

@@ -45,7 +45,9 @@ async def test_doctor_is_green_against_real_redis_and_a_real_resources_server(tm
             settings_for(tmp_path, redis_url=redis_url, api_key="k", env_urls={"counter": [counter_env_url]})
         )
     )
-    assert results["redis"].status is Status.ok and "answered PING" in results["redis"].detail
+    # The development Redis may run without an append-only file: that is a warning, not a failure
+    # (tests/gateway/test_lost_state.py checks both cases against Redis servers of its own).
+    assert results["redis"].status in (Status.ok, Status.warn) and "answered PING" in results["redis"].detail
     assert results["env:counter"].status is Status.ok
     assert results["env:counter"].detail.endswith("3 tool(s)")  # add, reset, slow_read
     assert results["config"].status is Status.ok
@@ -93,11 +95,15 @@ def test_doctor_command_json_output_is_machine_readable(tmp_path, redis_url):
         )
     )
     done = subprocess.run(
-        rollgate_cmd("doctor", "--config", str(config), "--json"), capture_output=True, text=True, timeout=120
+        # a generous per-check limit: this test is about the output, not about a loaded machine's speed
+        rollgate_cmd("doctor", "--config", str(config), "--json", "--timeout", "30"),
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     results = {r["name"]: r for r in json.loads(done.stdout)}
-    assert results["redis"]["status"] == "OK"
+    assert results["redis"]["status"] in ("OK", "WARN")  # WARN: the development Redis keeps no AOF
     assert set(results) >= {"config", "redis", "model", "tiny-model", "sandbox"}
 
 

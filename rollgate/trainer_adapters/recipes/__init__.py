@@ -24,13 +24,15 @@ RECIPES: dict[str, RecipeConfig] = {
         env="math",
         description="the math environment (calculator tool): SFT on gold tool calls, then GRPO on the verified reward",
         seed=0,
-        train_tasks=1000,
+        train_tasks=2000,
         heldout_tasks=105,  # 15 per problem category (the generator rotates through 7)
         shape=TinyShape(
             hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2
         ),
-        sft=SFTPhase(epochs=2.0, batch_size=16, learning_rate=3e-3, warmup_steps=20, eval_every=40),
-        grpo=GRPOPhase(steps=20, prompts_per_step=8, num_generations=8, learning_rate=2e-4, eval_every=5),
+        # Copying numbers from the question into the calculator call, and from its output into the
+        # answer, appears only after ~500 steps (an induction-style plateau before that): hence 1,000.
+        sft=SFTPhase(epochs=8.0, batch_size=16, learning_rate=3e-3, warmup_steps=20, eval_every=200),
+        grpo=GRPOPhase(steps=20, prompts_per_step=8, num_generations=8, learning_rate=5e-4, eval_every=5),
         eval=EvalPlan(k=1, temperature=1.0),
         agent=AgentBudget(max_turns=4, max_output_tokens=256, max_output_tokens_per_call=96),
     ),

@@ -1,9 +1,18 @@
-"""reward_curve.png: held-out reward against training step, the SFT phase shaded."""
+"""reward_curve.png: held-out reward against training step. Two panels sharing the reward axis,
+the SFT phase (shaded) and the GRPO phase, because SFT takes tens of times more steps than GRPO
+and one step axis would squeeze the GRPO part into a sliver. GRPO's panel starts at the SFT
+checkpoint's point, so the two curves join."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+
+def _errors(points: list[dict[str, Any]]) -> list[list[float]]:
+    lo = [p["reward"] - p["ci"][0] if p.get("ci") else 0.0 for p in points]
+    hi = [p["ci"][1] - p["reward"] if p.get("ci") else 0.0 for p in points]
+    return [lo, hi]
 
 
 def plot_curve(points: list[dict[str, Any]], sft_steps: int, path: Path, *, title: str) -> Path:
@@ -12,26 +21,40 @@ def plot_curve(points: list[dict[str, Any]], sft_steps: int, path: Path, *, titl
     matplotlib.use("Agg")  # files only: no display here, and none needed
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=120)
-    ax.axvspan(0, max(sft_steps, 0.5), color="tab:blue", alpha=0.08, label="SFT (gold demonstrations)")
-    if any(p["phase"] == "rl" for p in points):
-        last = max(p["step"] for p in points)
-        ax.axvspan(
-            sft_steps, max(last, sft_steps + 0.5), color="tab:orange", alpha=0.08, label="GRPO (verified reward)"
-        )
-    xs = [p["step"] for p in points]
-    ys = [p["reward"] for p in points]
-    lo = [p["reward"] - p["ci"][0] if p.get("ci") else 0.0 for p in points]
-    hi = [p["ci"][1] - p["reward"] if p.get("ci") else 0.0 for p in points]
-    ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", color="black", capsize=3, lw=1.5, label="held-out mean reward")
-    ax.axvline(sft_steps, color="gray", ls="--", lw=1)
-    ax.set_xlabel("training step (SFT steps, then GRPO steps)")
-    ax.set_ylabel("held-out mean verified reward")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
+    sft = [p for p in points if p["phase"] in ("before", "sft")]
+    rl = ([sft[-1]] if sft else []) + [p for p in points if p["phase"] == "rl"]
+    fig, (left, right) = plt.subplots(
+        1, 2, figsize=(9, 4.2), dpi=120, sharey=True, gridspec_kw={"width_ratios": [3, 2], "wspace": 0.05}
+    )
+    left.axvspan(0, max(sft_steps, 1), color="tab:blue", alpha=0.08, label="SFT on gold demonstrations")
+    left.errorbar(
+        [p["step"] for p in sft],
+        [p["reward"] for p in sft],
+        yerr=_errors(sft),
+        marker="o",
+        color="tab:blue",
+        capsize=3,
+        label="held-out mean reward (95% CI)",
+    )
+    left.set_xlabel("SFT step")
+    left.set_ylabel("held-out mean verified reward")
+    left.legend(loc="upper left", fontsize=8)
+    right.errorbar(
+        [p["step"] - sft_steps for p in rl],
+        [p["reward"] for p in rl],
+        yerr=_errors(rl),
+        marker="o",
+        color="tab:orange",
+        capsize=3,
+        label="GRPO, verified reward only",
+    )
+    right.set_xlabel("GRPO step (after SFT)")
+    right.legend(loc="upper left", fontsize=8)
+    for ax in (left, right):
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.9)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
