@@ -16,6 +16,7 @@ atomically. A tool raises `ToolError` for an illegal action: the model reads it 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import random
 import typing
@@ -303,4 +304,11 @@ class EnvRuntime:
         return (await self.store.get(session_id))["state"]
 
     async def close(self, session_id: str) -> bool:
+        # An environment holding per-session resources outside the store (e.g. an MCP connection)
+        # releases them here; a session that is already gone has nothing to release.
+        release = getattr(self.env, "close_session", None)
+        if release is not None:
+            with contextlib.suppress(NotFound):
+                record = await self.store.get(session_id)
+                await release(self.env.State.model_validate(record["state"]))
         return await self.store.delete(session_id)

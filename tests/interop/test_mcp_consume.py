@@ -219,3 +219,17 @@ async def test_the_store_holds_only_serialisable_state(scripted_service):
             await runtime.call_tool(seeded.session_id, "add", {"amount": 1})
     finally:
         await env.aclose()
+
+
+async def test_closing_the_session_closes_its_mcp_connection(scripted_service):
+    env = MCPCounter(MCPServer(command=STDIO))
+    runtime = EnvRuntime(env, MemorySessionStore())
+    try:
+        seeded = await runtime.seed({"responses_create_params": {"input": "x"}, "target": 2})
+        await runtime.call_tool(seeded.session_id, "add", {"amount": 1})
+        assert len(env._conns) == 1  # the session's server process is open
+        assert await runtime.close(seeded.session_id)
+        assert env._conns == {}  # released at DELETE, not after the idle timeout
+        assert not await runtime.close(seeded.session_id)  # closing twice is harmless
+    finally:
+        await env.aclose()

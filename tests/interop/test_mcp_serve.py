@@ -35,10 +35,13 @@ from tests.resources.toy_env import CounterEnv  # noqa: E402
 
 @contextlib.asynccontextmanager
 async def mcp_session(url: str):
-    async with httpx.AsyncClient(timeout=30) as http, streamable_http_client(url, http_client=http) as streams:
-        async with ClientSession(streams[0], streams[1]) as session:
-            await session.initialize()
-            yield session
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        streamable_http_client(url, http_client=http) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
 
 
 @pytest.fixture
@@ -74,7 +77,8 @@ async def play_and_verify(base: str, runtime: EnvRuntime) -> None:
         bad = await s.call_tool("add", {"amount": 9})
         assert bad.isError and "amount" in bad.content[0].text
     assert (await runtime.state(sid))["value"] == 7
-    assert await verify(base, sid, "7") == {"reward": 1.5, "reward_components": {"state": 1.0, "answer": 0.5}, "metrics": {}}
+    verdict = await verify(base, sid, "7")
+    assert verdict == {"reward": 1.5, "reward_components": {"state": 1.0, "answer": 0.5}, "metrics": {}}
 
 
 async def test_sdk_client_plays_one_seeded_session_and_verify_stays_native(runtime):

@@ -285,7 +285,9 @@ class MCPToolsEnvironment(Environment):
         try:
             tools = _run_blocking(list_tools())
         except ImportError as exc:
-            raise ImportError(f'MCP environments need the extra "interop" (pip install "rollgate[interop]"): {exc}')
+            raise ImportError(
+                f'MCP environments need the extra "interop" (pip install "rollgate[interop]"): {exc}'
+            ) from exc
         except Exception as exc:
             raise _server_error(self.server, "did not list its tools", _leaf(exc)) from None
         specs: dict[str, MCPToolSpec] = {}

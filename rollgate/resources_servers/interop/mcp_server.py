@@ -68,9 +68,7 @@ class MCPSessionEndpoint:
             request = server.request_context.request
             session_id = request.scope["path_params"]["session_id"]
             out = await runtime.call_tool(session_id, name, arguments)
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text=out.output)], isError=out.is_error
-            )
+            return types.CallToolResult(content=[types.TextContent(type="text", text=out.output)], isError=out.is_error)
 
         return server
 
