@@ -151,9 +151,8 @@ async def test_streamable_http_server_plays_an_episode(scripted_service, http_se
 async def test_a_server_that_dies_mid_episode_is_env_error_naming_its_command(scripted_service):
     env = MCPCounter(MCPServer(command=STDIO))
     try:
-        started = time.monotonic()
         traj = await play(scripted_service, env, row(call("add", amount=1), call("crash"), {"text": "1"}))
-        assert time.monotonic() - started < env.tool_timeout_s + 2
+        assert traj.timings.tools_s < env.tool_timeout_s + 2  # the dead server is noticed, not waited on
         assert traj.outcome is Outcome.env_error and traj.reward is None
         assert traj.error.component == "mcp" and SERVER in traj.error.message
     finally:
@@ -163,9 +162,10 @@ async def test_a_server_that_dies_mid_episode_is_env_error_naming_its_command(sc
 async def test_garbage_on_the_stream_is_env_error_within_the_tool_timeout(scripted_service):
     env = MCPCounter(MCPServer(command=STDIO))
     try:
-        started = time.monotonic()
         traj = await play(scripted_service, env, row(call("babble"), {"text": "0"}, target=0))
-        assert time.monotonic() - started < env.tool_timeout_s + 2
+        # The tool phase ends at the tool timeout (plus slack for a loaded machine), not in a hang;
+        # spawning the server and closing it are outside this bound.
+        assert traj.timings.tools_s < env.tool_timeout_s + 2
         assert traj.outcome is Outcome.env_error and traj.reward is None
         assert traj.error.component == "mcp" and SERVER in traj.error.message
         assert f"within {env.tool_timeout_s:g}s" in traj.error.message
