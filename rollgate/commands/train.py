@@ -21,7 +21,7 @@ writes DIR/metrics.json, DIR/reward_curve.png, the trained checkpoint in DIR/mod
 evaluation of every curve point in DIR/eval/<label>/ (`rollgate eval compare` reads them), and the
 data in DIR/data/ (train and held-out tasks, gold trajectories, the SFT file).
 
-exit status: 0 done; 2 bad input (the message names the flag)."""
+exit status: 0 done; 2 bad input (the message names the flag); 130 interrupted (--resume goes on)."""
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
@@ -132,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
     except RollgateError as exc:
         print(f"rollgate train: {exc.message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interrupted; finished phases are kept in {out}: re-run with --resume to go on", file=sys.stderr)
+        return 130
     print(
         f"{metrics['recipe']}: held-out reward on {metrics['heldout_tasks']} tasks: "
         f"before {metrics['reward_before']:.3f}, "
