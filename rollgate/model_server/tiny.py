@@ -83,30 +83,38 @@ def _render(hf, messages: list[dict[str, Any]], tools: list[dict[str, Any]], gen
     return hf.apply_chat_template(messages, tools=tools or None, tokenize=False, add_generation_prompt=gen)
 
 
+def split_assistant_turns(tokenizer, text: str, *, tail: bool) -> tuple[list[int], list[int]]:
+    """(token ids, loss mask) of a rendered chat, tokenized piece by piece as it is served: each
+    stretch of context up to an assistant turn's opener on its own (mask 0), each assistant turn
+    through its end-of-turn token on its own (mask 1); with `tail`, what follows the last turn too
+    (mask 0). The tiny model's warm-up and the training recipes' SFT both tokenize this way."""
+    opener = IM_START + "assistant\n"
+    ids: list[int] = []
+    mask: list[int] = []
+    pos = 0
+    while (start := text.find(opener, pos)) != -1:
+        start += len(opener)
+        end = text.index(IM_END, start) + len(IM_END)
+        context = tokenizer.encode(text[pos:start], add_special_tokens=False)
+        turn = tokenizer.encode(text[start:end], add_special_tokens=False)
+        ids += context + turn
+        mask += [0] * len(context) + [1] * len(turn)
+        pos = end
+    if tail:
+        rest = tokenizer.encode(text[pos:], add_special_tokens=False)
+        ids += rest
+        mask += [0] * len(rest)
+    return ids, mask
+
+
 def _warmup_examples(hf, rng: random.Random, n: int) -> list[tuple[list[int], list[int]]]:
-    """(input ids, labels) with loss only on assistant turns, tokenized piece by piece (as served:
-    each prompt tail and each generation is tokenized on its own)."""
+    """(input ids, labels) with loss only on assistant turns (-100 elsewhere)."""
     from rollgate.model_server.tiny_corpus import transcript
 
-    opener = IM_START + "assistant\n"
     out = []
     for _ in range(n):
-        text = _render(hf, *transcript(rng))
-        ids: list[int] = []
-        labels: list[int] = []
-        pos = 0
-        while (start := text.find(opener, pos)) != -1:
-            start += len(opener)
-            end = text.index(IM_END, start) + len(IM_END)
-            prompt_part = hf.encode(text[pos:start], add_special_tokens=False)
-            answer_part = hf.encode(text[start:end], add_special_tokens=False)
-            ids += prompt_part + answer_part
-            labels += [-100] * len(prompt_part) + answer_part
-            pos = end
-        tail = hf.encode(text[pos:], add_special_tokens=False)
-        ids += tail
-        labels += [-100] * len(tail)
-        out.append((ids, labels))
+        ids, mask = split_assistant_turns(hf, _render(hf, *transcript(rng)), tail=True)
+        out.append((ids, [t if m else -100 for t, m in zip(ids, mask, strict=True)]))
     return out
 
 

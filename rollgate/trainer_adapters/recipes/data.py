@@ -22,13 +22,11 @@ from rollgate.core.rows import parse_row
 from rollgate.core.schemas import Trajectory
 from rollgate.core.settings import AgentSettings, Settings
 from rollgate.model_server.scripted import SCRIPT_KEY
+from rollgate.model_server.tiny import split_assistant_turns
 from rollgate.trainer_adapters.exports import ExportStats, export
 from rollgate.trainer_adapters.recipes.config import RecipeConfig
 
 log = logging.getLogger("rollgate.train")
-
-IM_END = "<|im_end|>"
-ASSISTANT_OPENER = "<|im_start|>assistant\n"
 
 
 @dataclass
@@ -163,18 +161,7 @@ def tokenize_messages(
     stretch of context up to an assistant turn's opener on its own, each assistant turn (through
     its end-of-turn token) on its own. The mask is 1 on assistant tokens only."""
     text = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False)
-    ids: list[int] = []
-    mask: list[int] = []
-    pos = 0
-    while (start := text.find(ASSISTANT_OPENER, pos)) != -1:
-        start += len(ASSISTANT_OPENER)
-        end = text.index(IM_END, start) + len(IM_END)
-        context = tokenizer.encode(text[pos:start], add_special_tokens=False)
-        turn = tokenizer.encode(text[start:end], add_special_tokens=False)
-        ids += context + turn
-        mask += [0] * len(context) + [1] * len(turn)
-        pos = end
-    return ids, mask
+    return split_assistant_turns(tokenizer, text, tail=False)
 
 
 def sft_records(path: Path) -> list[dict[str, Any]]:
