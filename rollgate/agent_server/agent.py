@@ -22,6 +22,7 @@ from typing import Any
 from rollgate.agent_server import items as it
 from rollgate.agent_server.episode import Episode, EpisodeFailure, failure
 from rollgate.core.errors import BadRequest, ContextExhausted
+from rollgate.core.items import output_text
 from rollgate.core.logging import log_context
 from rollgate.core.metrics import Metrics
 from rollgate.core.rows import Task, group_id
@@ -200,7 +201,7 @@ class Agent:
             ep.metrics["turns"] = turn_no + 1
             calls = it.function_calls(output)
             if not calls:
-                ep.final_text = it.final_text(output)
+                ep.final_text = output_text(output)
                 if status == "incomplete":
                     outcome = Outcome.truncated
                 break

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rollgate.core.errors import ProtocolError
-from rollgate.core.items import TOKEN_FIELDS, output_text
+from rollgate.core.items import TOKEN_FIELDS
 from rollgate.core.schemas import Turn
 
 TOKEN_AND_VERSION_FIELDS = (*TOKEN_FIELDS, "weight_version")
@@ -55,9 +55,6 @@ def readable(item: dict[str, Any]) -> dict[str, Any]:
     if not any(f in item for f in TOKEN_AND_VERSION_FIELDS):
         return item
     return {k: v for k, v in item.items() if k not in TOKEN_AND_VERSION_FIELDS}
-
-
-final_text = output_text  # the final answer of a model call
 
 
 def function_calls(output: list[dict[str, Any]]) -> list[dict[str, Any]]:

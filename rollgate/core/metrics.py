@@ -34,15 +34,18 @@ class Metrics:
     """Every instrument of a process. Code takes a Metrics and records unconditionally: where
     nothing is exported (a trainer's in-process stack, a test), it gets `Metrics.off()`."""
 
+    _instrument_names: tuple[str, ...] | None = None  # learned once, from one real instance
+
     @classmethod
     def off(cls) -> Metrics:
         """A null object: the same attributes, each an instrument that records nothing."""
+        if cls._instrument_names is None:
+            cls._instrument_names = tuple(n for n in vars(cls()) if n != "registry")
         off = cls.__new__(cls)
         off.registry = None
-        on = cls()  # only to learn the attribute names; its registry is dropped
-        for name in vars(on):
-            if name != "registry":
-                setattr(off, name, _Off())
+        instrument = _Off()  # stateless: one serves every name
+        for name in cls._instrument_names:
+            setattr(off, name, instrument)
         return off
 
     def __init__(self, registry: CollectorRegistry | None = None):

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollgate.agent_server import items as it
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest, RollgateError
 from rollgate.core.eval_metrics import MetricConfig, default_pass_k
+from rollgate.core.items import output_text
 from rollgate.core.schemas import ErrorInfo, ErrorKind, Outcome, Trajectory, VerifyRequest
 from rollgate.evaluation.html import write_html
 from rollgate.evaluation.report import build_report
@@ -48,7 +48,7 @@ def stored_final_text(messages: Sequence[dict[str, Any]]) -> str:
     tail.reverse()
     if any(i.get("type") == "function_call" for i in tail):
         return ""
-    return it.final_text(tail)
+    return output_text(tail)
 
 
 async def reverify_one(rt: Any, mode: str, traj: Trajectory) -> Any:
