@@ -46,6 +46,19 @@ async def _timed(name: str, check: Check, timeout_s: float) -> CheckResult:
     return result
 
 
+def _configure_entries(settings: Settings) -> str | None:
+    """Check the entries of external environments (`{name, kind, ...}`) and make them known to the
+    registry, so the per-environment checks below can build them. Returns the error, if any."""
+    from rollgate.core.errors import RollgateError
+    from rollgate.resources_servers.registry import configure_envs
+
+    try:
+        configure_envs(settings.env_entries)
+    except RollgateError as exc:
+        return exc.message
+    return None
+
+
 def _in_thread(fn: Callable[..., CheckResult], *args, **kwargs) -> Check:
     # file reads, imports and subprocess probes block: keep them off the loop the HTTP checks use
     return lambda: asyncio.to_thread(fn, *args, **kwargs)
@@ -67,7 +80,10 @@ async def run_checks(
             checks.append(("gateway", lambda: check_gateway(gateway_url, client, auth)))
         checks.extend(_model_checks(settings, client, auth))
         checks.append(("plugins", _in_thread(check_plugins)))
-        for env in dict.fromkeys([*settings.envs, *settings.env_urls]):
+        entries_error = _configure_entries(settings)
+        if entries_error:
+            checks.append(("envs", _in_thread(fail, "envs", entries_error, "fix that entry of envs (docs/interop.md)")))
+        for env in dict.fromkeys([*settings.env_names, *settings.env_urls]):
             urls = settings.env_urls.get(env)
             if urls:
                 checks.extend((f"env:{env}", (lambda e=env, u=u: check_env_url(e, u, client, auth))) for u in urls)

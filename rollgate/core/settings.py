@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_HOME = Path(os.environ.get("ROLLGATE_HOME", Path.home() / ".cache" / "rollgate"))
@@ -85,6 +85,29 @@ class SandboxSettings(BaseModel):
     token: str | None = None
 
 
+class EnvEntry(BaseModel):
+    """An environment configured by entry instead of installed: `{name, kind, <kind's options>}`,
+    e.g. `{name: ng_weather, kind: nemo_gym, urls: [...]}` (docs/interop.md). The kind's own
+    module validates the options (resources_servers/external.py)."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+    kind: str
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        if not name or any(c in name for c in "*?[] ,"):
+            raise ValueError(
+                f"an environment name must be non-empty, without spaces, commas or glob characters: {name!r}"
+            )
+        return name
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ROLLGATE_", env_nested_delimiter="__", extra="ignore")
 
@@ -98,8 +121,8 @@ class Settings(BaseSettings):
 
     # which environments this process serves (role all/resources) or knows (agent, gateway)
     # (names or glob patterns: "*" is every available environment, "reasoning_gym/*" one family;
-    # see `rollgate envs`)
-    envs: list[str] = Field(default_factory=lambda: ["*"])
+    # see `rollgate envs`), and entries of external environments ({name, kind, ...}: EnvEntry)
+    envs: list[str | EnvEntry] = Field(default_factory=lambda: ["*"])
     # distributed shape: where the parts are (env name -> replica base URLs)
     model_url: str | None = None
     env_urls: dict[str, list[str]] = Field(default_factory=dict)
@@ -110,6 +133,15 @@ class Settings(BaseSettings):
     sessions: SessionSettings = Field(default_factory=SessionSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+
+    @property
+    def env_names(self) -> list[str]:
+        """`envs` as names and patterns (an entry counts by its name)."""
+        return [e if isinstance(e, str) else e.name for e in self.envs]
+
+    @property
+    def env_entries(self) -> list[EnvEntry]:
+        return [e for e in self.envs if isinstance(e, EnvEntry)]
 
     @classmethod
     def load(cls, config_file: str | os.PathLike | None = None, **overrides: Any) -> Settings:

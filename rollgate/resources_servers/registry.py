@@ -23,6 +23,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from rollgate.core.errors import BadRequest, NotFound
+from rollgate.core.settings import EnvEntry
 from rollgate.resources_servers.base import Environment
 
 log = logging.getLogger("rollgate.registry")
@@ -129,6 +130,7 @@ class EnvRegistry:
     entry_points: Sequence[EntryPoint] | None = None
     _specs: dict[str, EnvSpec] | None = field(default=None, init=False, repr=False)
     _broken: list[BrokenPlugin] = field(default_factory=list, init=False, repr=False)
+    _configured: dict[str, EnvEntry] = field(default_factory=dict, init=False, repr=False)
 
     def _load(self) -> dict[str, EnvSpec]:
         if self._specs is not None:
@@ -180,13 +182,37 @@ class EnvRegistry:
     def load(self, name: str, **options: Any) -> Environment:
         return self.get(name).build(**options)
 
-    def resolve(self, patterns: Iterable[str]) -> list[str]:
+    def configure(self, entry: EnvEntry, where: str | None = None) -> str:
+        """Add an environment configured by entry (`{name, kind, ...}`, external.py). It may not take
+        an installed environment's name; configuring a name again replaces the earlier entry (a
+        process may build stacks from several settings, e.g. in tests)."""
+        from rollgate.resources_servers.external import spec_from_entry
+
+        specs = self._load()
+        taken = specs.get(entry.name)
+        if taken is not None and entry.name not in self._configured:
+            raise BadRequest(
+                f"{where or 'envs'}: the name {entry.name!r} is taken by the installed environment {taken.source}",
+                component="env",
+                field="envs",
+            )
+        specs[entry.name] = spec_from_entry(entry, where)
+        self._configured[entry.name] = entry
+        return entry.name
+
+    def resolve(self, patterns: Iterable[str | EnvEntry]) -> list[str]:
         """Setting values -> environment names. Glob patterns (`*`, `reasoning_gym/*`) expand to the
         available environments they match; a plain name must exist (it may be unavailable: building it
-        then says why)."""
+        then says why); an entry (`{name, kind, ...}`) is configured and counts by its name."""
         specs = self._load()
         out: dict[str, None] = {}
+        patterns = list(patterns)
+        for i, pattern in enumerate(patterns):
+            if isinstance(pattern, EnvEntry):
+                out[self.configure(pattern, f"envs[{i}] ({pattern.name})")] = None
         for pattern in patterns:
+            if isinstance(pattern, EnvEntry):
+                continue
             if any(c in pattern for c in "*?["):
                 matched = [n for n, s in specs.items() if s.available and fnmatch.fnmatchcase(n, pattern)]
                 if not matched:
@@ -222,5 +248,11 @@ def load_env(name: str, **options: Any) -> Environment:
     return default_registry().load(name, **options)
 
 
-def resolve_envs(patterns: Iterable[str]) -> list[str]:
+def resolve_envs(patterns: Iterable[str | EnvEntry]) -> list[str]:
     return default_registry().resolve(patterns)
+
+
+def configure_envs(entries: Iterable[EnvEntry]) -> list[str]:
+    """Make the configured entries known to this process's registry (roles that name environments
+    by `--env` and read the entries from settings)."""
+    return default_registry().resolve(list(entries))

@@ -11,7 +11,7 @@ from rollgate.core.session_store import MemorySessionStore, RedisSessionStore, S
 from rollgate.core.settings import Settings
 from rollgate.resources_servers.app import create_resources_app, env_router, nemo_gym_router
 from rollgate.resources_servers.base import EnvRuntime
-from rollgate.resources_servers.registry import load_env, resolve_envs
+from rollgate.resources_servers.registry import configure_envs, load_env, resolve_envs
 
 
 def make_store(settings: Settings, env_name: str) -> SessionStore:
@@ -45,6 +45,14 @@ def make_runtime(settings: Settings, env_name: str, metrics: Metrics | None = No
     return EnvRuntime(env, make_store(settings, env_name), metrics=metrics)
 
 
+async def close_runtime(runtime: EnvRuntime) -> None:
+    """Shutdown: the session store, and the connections an interop environment holds."""
+    await runtime.store.close()
+    closer = getattr(runtime.env, "aclose", None)
+    if closer is not None:
+        await closer()
+
+
 def expand_envs(spec: str) -> list[str]:
     """`--env` of role resources: a name, a comma-separated list, or a pattern over the registry
     ("reasoning_gym/*": a whole family in one service, as core/topology.py deploys families)."""
@@ -55,6 +63,7 @@ def expand_envs(spec: str) -> list[str]:
 
 
 def build_app(settings: Settings, env_name: str) -> FastAPI:
+    configure_envs(settings.env_entries)  # `--env ng_weather` may name an entry of settings.envs
     names = expand_envs(env_name)
     if len(names) > 1 or names[0] != env_name:
         return build_multi_app(settings, names, title=env_name)
@@ -64,7 +73,7 @@ def build_app(settings: Settings, env_name: str) -> FastAPI:
 
     @app.on_event("shutdown")
     async def _close_store() -> None:
-        await runtime.store.close()
+        await close_runtime(runtime)
 
     return app
 
@@ -88,6 +97,6 @@ def build_multi_app(settings: Settings, names: list[str], *, title: str) -> Fast
     @app.on_event("shutdown")
     async def _close_stores() -> None:
         for runtime in runtimes.values():
-            await runtime.store.close()
+            await close_runtime(runtime)
 
     return app

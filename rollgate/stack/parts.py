@@ -45,6 +45,9 @@ class Stack:
         """Close what this stack opened: stores, clients, the model service."""
         for rt in self.runtimes.values():
             await rt.store.close()
+            closer = getattr(rt.env, "aclose", None)  # environments holding connections (interop/)
+            if closer is not None:
+                await _maybe_await(closer())
         for client in self.agent.envs.values():
             closer = getattr(client, "aclose", None)
             if closer is not None:

@@ -1,0 +1,102 @@
+"""External environments configured by entry (`envs: [{name, kind, ...}]`): the settings accept
+them (YAML and ROLLGATE_ENVS), bad entries are refused naming the entry and the field, and a
+`kind: mcp` entry (the SDK's server from counter_mcp_server.py over stdio, a verifier by name)
+plays a whole episode through the embedded stack like any installed environment."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp", reason='MCP tests need the optional extra "interop" (pip install -e ".[interop]")')
+
+from rollgate.core.errors import BadRequest  # noqa: E402
+from rollgate.core.rows import parse_row  # noqa: E402
+from rollgate.core.schemas import Outcome, VerifyResult  # noqa: E402
+from rollgate.core.settings import EnvEntry, Settings  # noqa: E402
+from rollgate.resources_servers.external import spec_from_entry  # noqa: E402
+from rollgate.resources_servers.registry import EnvRegistry  # noqa: E402
+from rollgate.stack.parts import local_stack  # noqa: E402
+
+SERVER = str(Path(__file__).with_name("counter_mcp_server.py"))
+ENTRY = {
+    "name": "counter_cfg",
+    "kind": "mcp",
+    "command": [sys.executable, SERVER, "stdio"],
+    "verifier": "tests.interop.test_configured_envs:score_total",
+    "tool_timeout_s": 5,
+}
+
+
+async def score_total(env, state, request) -> VerifyResult:
+    """The verifier the entry names: the server's total against the row's target."""
+    total = int(await env.call_server(state, "read_total", {}))
+    return VerifyResult(reward=float(total == int(state.row["target"])), metrics={"total": total})
+
+
+def test_settings_take_entries_from_yaml_and_the_environment(tmp_path, monkeypatch):
+    cfg = tmp_path / "rollgate.yaml"
+    cfg.write_text("envs:\n  - math\n  - {name: ng, kind: nemo_gym, urls: ['http://127.0.0.1:9']}\n")
+    settings = Settings.load(cfg)
+    assert settings.env_names == ["math", "ng"]
+    assert settings.env_entries == [EnvEntry(name="ng", kind="nemo_gym", urls=["http://127.0.0.1:9"])]
+    monkeypatch.setenv("ROLLGATE_ENVS", json.dumps(["math", ENTRY]))
+    from_env = Settings.load()
+    assert [(e.name, e.kind) for e in from_env.env_entries] == [("counter_cfg", "mcp")]
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ({**ENTRY, "kind": "gym"}, "envs[1] (counter_cfg).kind: unknown environment kind 'gym'"),
+        ({**ENTRY, "verifier": "nope"}, 'verifier must be "module:function"'),
+        ({**ENTRY, "verifier": "tests.interop.nowhere:f"}, "envs[1] (counter_cfg).verifier: cannot load"),
+        ({**ENTRY, "url": "http://127.0.0.1:9/mcp"}, "exactly one of `command`"),
+        ({**ENTRY, "tool_timeout_s": -1}, "envs[1] (counter_cfg).tool_timeout_s"),
+        ({**ENTRY, "colour": "red"}, "envs[1] (counter_cfg).colour"),
+        ({**ENTRY, "name": "math"}, "taken by the installed environment"),
+    ],
+)
+def test_a_bad_entry_is_refused_naming_the_entry_and_the_field(entry, says):
+    with pytest.raises(BadRequest) as err:
+        EnvRegistry().resolve(["math", EnvEntry.model_validate(entry)])
+    assert says in err.value.message
+
+
+def test_a_name_with_glob_characters_is_refused():
+    with pytest.raises(ValueError, match="environment name"):
+        EnvEntry(name="ng/*", kind="mcp")
+
+
+def test_configuring_the_same_name_again_replaces_the_entry():
+    registry = EnvRegistry()
+    registry.resolve([EnvEntry.model_validate(ENTRY)])
+    other = {**ENTRY, "tool_timeout_s": 9}
+    assert registry.resolve([EnvEntry.model_validate(other)]) == ["counter_cfg"]
+    assert registry.get("counter_cfg").env_class.tool_timeout_s == 9
+    assert spec_from_entry(ENTRY).family == "mcp"
+
+
+async def test_a_configured_mcp_environment_plays_through_the_embedded_stack(tiny_model_dir):
+    settings = Settings(envs=["math", ENTRY], model={"backend": "scripted", "model_path": tiny_model_dir})
+    stack = local_stack(settings)
+    try:
+        assert set(stack.runtimes) == {"math", "counter_cfg"}
+        script = [{"call": {"name": "add", "arguments": {"amount": 4}}}, {"call": {"name": "seed_session"}}]
+        script.append({"text": "done"})
+        row = {
+            "responses_create_params": {"input": "count to 4", "metadata": {"rollgate_script": json.dumps(script)}},
+            "env": "counter_cfg",
+            "target": 4,
+        }
+        traj = await stack.agent.run(parse_row(row, known_envs=stack.agent.envs))
+        assert traj.outcome is Outcome.completed, traj.error
+        assert traj.reward == 1.0 and traj.metrics["total"] == 4
+        outputs = [m["output"] for m in traj.messages if m.get("type") == "function_call_output"]
+        # the model can call only the server's tools: an invented lifecycle name is a tool error
+        assert outputs[0] == "total=4" and "seed_session" in outputs[1]
+    finally:
+        await stack.aclose()  # closes the environment's MCP connections too
