@@ -44,7 +44,16 @@ API_KEY = "bench-" + os.urandom(8).hex()
 class Cluster:
     """The topology's processes on loopback for one agent concurrency, started and always stopped."""
 
-    def __init__(self, redis_url: str, *, agents: int, per_agent_concurrency: int, log_dir: Path):
+    def __init__(
+        self,
+        redis_url: str,
+        *,
+        agents: int,
+        per_agent_concurrency: int,
+        log_dir: Path,
+        env_replicas: int = 1,
+        extra_env: dict[str, str] | None = None,
+    ):
         ports: dict[tuple[str, int], int] = {}
         self.redis_url = redis_url
         self.prefix = f"rgbench:{uuid.uuid4().hex[:12]}:q"  # fresh per start: no collision with others
@@ -53,6 +62,7 @@ class Cluster:
             redis_url=redis_url,
             api_key=API_KEY,
             agent_replicas=agents,
+            env_replicas=env_replicas,
             model_backend="scripted",
             agent_concurrency=per_agent_concurrency,
             port_of=lambda name, i: ports.setdefault((name, i), free_port()),
@@ -66,6 +76,7 @@ class Cluster:
             # the scripted policy needs 2 turns; budgets must never be what ends an episode here
             "ROLLGATE_AGENT__MAX_TURNS": "64",
             "ROLLGATE_AGENT__MAX_OUTPUT_TOKENS": "1000000",
+            **(extra_env or {}),
         }
         self.procs = [
             Proc(

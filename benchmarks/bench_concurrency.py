@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_concurrency                      # 1k, 5k, 10k concurrent episodes
     python -m benchmarks.bench_concurrency --levels 1000 --delay-s 5
+    python -m benchmarks.bench_concurrency --levels 10000,50000 --delay-s 60    # issue 17's scale
 
 Shape: a model server (the real model app and scripted backend behind a fixed `--delay-s` per
 call, benchmarks.standins), `rollgate serve --role resources --env math`, and this process as the
@@ -116,7 +117,9 @@ async def main_async(a: argparse.Namespace) -> int:
             tool_timeout_s=120,
             verify_timeout_s=120,
         )
-        agent = stack.http_agent(model.url, resources.url, api_key=API_KEY, settings=settings)
+        agent = stack.http_agent(
+            model.url, resources.url, api_key=API_KEY, settings=settings, channel=a.transport == "channel"
+        )
         counter = CountingModel(agent.model)
         agent.model = counter  # type: ignore[assignment]
         pids = {"agent": os.getpid(), "model": model.pid, "resources": resources.pid}
@@ -183,6 +186,12 @@ def main() -> int:
         type=float,
         default=20.0,
         help="model latency per call; long enough that every episode of a level is open at once",
+    )
+    ap.add_argument(
+        "--transport",
+        choices=("channel", "http"),
+        default="channel",
+        help="agent -> servers: the multiplexed channel (a few sockets in all) or one HTTP request each",
     )
     logging.basicConfig(level=logging.WARNING)
     common.exit_on_sigterm()

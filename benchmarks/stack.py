@@ -32,9 +32,12 @@ ENV = "math"
 SCRIPT = [{"call": {"name": "calculator", "arguments": {"expression": "6*7"}}}, {"text": "Answer: 42"}]
 
 
-def task_row(i: int, tool_calls: int = 1) -> dict[str, Any]:
-    """A math task whose scripted policy calls the calculator `tool_calls` times, then answers."""
+def task_row(i: int, tool_calls: int = 1, delay_s: float = 0.0) -> dict[str, Any]:
+    """A math task whose scripted policy calls the calculator `tool_calls` times, then answers;
+    with `delay_s`, the scripted model takes that long per turn (a real model's latency)."""
     script = [SCRIPT[0]] * tool_calls + [SCRIPT[1]]
+    if delay_s > 0:
+        script = [{**turn, "delay_s": delay_s} for turn in script]
     return {
         "responses_create_params": {
             "input": f"What is 6*7? (task {i})",
@@ -70,13 +73,19 @@ def embedded_agent(
 
 
 def http_agent(
-    model_url: str, env_url: str, *, api_key: str | None = None, settings: AgentSettings | None = None
+    model_url: str,
+    env_url: str,
+    *,
+    api_key: str | None = None,
+    settings: AgentSettings | None = None,
+    channel: bool = True,
 ) -> Agent:
-    """An agent in this process calling a model server and a resources server over HTTP."""
+    """An agent in this process calling a model server and a resources server over the network:
+    the multiplexed channel as the agent role uses it (core/channel.py), or plain HTTP."""
     headers = {"authorization": f"Bearer {api_key}"} if api_key else None
     return Agent(
-        HttpModelClient(model_url, api_key=api_key),
-        {ENV: HttpEnvClient(ENV, env_url, headers=headers)},
+        HttpModelClient(model_url, api_key=api_key, channel=channel),
+        {ENV: HttpEnvClient(ENV, env_url, headers=headers, channel=channel)},
         settings or agent_settings(),
         model_name="scripted",
     )

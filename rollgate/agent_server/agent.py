@@ -44,6 +44,7 @@ from rollgate.resources_servers.client import EnvClient
 log = logging.getLogger("rollgate.agent")
 
 TRAINING_METADATA = {"rollgate_training": "true"}
+AGENT_NAME = "rollgate"  # this loop's name in the `rollgate.agents` plugin group (the default agent)
 
 
 @dataclass
@@ -55,6 +56,7 @@ class RunContext:
     sampling: dict[str, Any] = field(default_factory=dict)
     deadline: float | None = None  # absolute time.monotonic(); default: settings.episode_timeout_s
     cancel: asyncio.Event | None = None
+    agent: str | None = None  # the job's agent (rollgate.agent_server.plugins.AgentSet picks it)
 
 
 class Agent:
@@ -78,6 +80,13 @@ class Agent:
     async def run(self, task: Task, ctx: RunContext | None = None) -> Trajectory:
         """One episode of a parsed task (rollgate.core.rows.parse_row) -> its Trajectory."""
         ctx = ctx or RunContext()
+        if ctx.agent not in (None, AGENT_NAME):
+            # Never run a task meant for another agent with this loop (a worker without plugins).
+            raise BadRequest(
+                f"agent: this worker runs only the {AGENT_NAME!r} loop, not {ctx.agent!r}",
+                component="agent",
+                field="agent",
+            )
         if task.env not in self.envs:
             raise BadRequest(
                 f"unknown environment {task.env!r}; known: {', '.join(sorted(self.envs))}",
@@ -312,11 +321,13 @@ class Agent:
         try:
             verdict = await env.verify(
                 ep.session_id,
-                VerifyRequest(response=ep.final_text, transcript=ep.messages),
+                VerifyRequest(response=ep.final_text, transcript=ep.messages, close=True),
                 timeout_s=self.settings.verify_timeout_s,
             )
         except Exception as exc:  # noqa: BLE001
             raise failure(exc, "verify") from None
+        if verdict.closed:  # closed with the verdict: nothing left for _close to do
+            ep.session_id = None
         ep.timings.verify_s = time.monotonic() - t
         self._hop("verify", env_name, ep.timings.verify_s)
         return verdict

@@ -147,6 +147,7 @@ def collect(
     repeats: int = 1,
     sampling: dict[str, Any] | None = None,
     policy_version: str | None = None,
+    agent: str | None = None,
     on_total: Callable[[int], None] = lambda n: None,
     on_record: Callable[[dict[str, Any], CollectStats], None] = lambda r, s: None,
 ) -> CollectStats:
@@ -179,6 +180,7 @@ def collect(
                         repeats=missing,
                         sampling=sampling,
                         policy_version=policy_version,
+                        agent=agent,
                     )
                     jobs.append((job["job_id"], batch))
                     stats.job_ids.append(job["job_id"])

@@ -77,9 +77,15 @@ class RolloutClient:
         sampling: dict[str, Any] | None = None,
         policy_version: str | None = None,
         purpose: str | None = None,
+        retry_errors: int | None = None,
+        priority: int | None = None,
+        agent: str | None = None,
     ) -> dict[str, Any]:
         """Submit a job; while the queue is full (503) wait as told by Retry-After, up to capacity_wait_s.
-        `purpose="eval"` marks an evaluation job (the gateway reports it per policy version)."""
+        `purpose="eval"` marks an evaluation job (the gateway reports it per policy version);
+        `retry_errors` re-runs infrastructure failures (default: the gateway's setting) and
+        `priority` weights the job's share of the workers and `agent` picks the agent that runs the
+        episodes (default: the shipped loop; docs/agents.md)."""
         body = {
             "tasks": tasks,
             "env": env,
@@ -87,8 +93,10 @@ class RolloutClient:
             "sampling": sampling or {},
             "policy_version": policy_version,
         }
-        if purpose is not None:
-            body["purpose"] = purpose
+        extras = (("purpose", purpose), ("retry_errors", retry_errors), ("priority", priority), ("agent", agent))
+        for key, value in extras:
+            if value is not None:
+                body[key] = value
         deadline = time.monotonic() + self.capacity_wait_s
         while True:
             try:
@@ -135,6 +143,9 @@ class RolloutClient:
                             return
                 if not wait:
                     return
+                # With wait, only the `end` line ends a job's stream: a response that stopped
+                # before it (the gateway lost its queue mid-stream) is resumed like a drop.
+                raise UpstreamError(f"the results stream of {job_id} ended early", component="gateway", transient=True)
             except (httpx.TransportError, RollgateError) as exc:
                 if isinstance(exc, RollgateError) and not (isinstance(exc, UpstreamError) and exc.transient):
                     raise

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -44,6 +45,12 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gateway", metavar="URL", help="a running gateway; default: start the embedded stack here")
     p.add_argument("--api-key", metavar="KEY", help="bearer token of the gateway (default: ROLLGATE_API_KEY)")
     p.add_argument("--policy-version", metavar="V", help="recorded on every trajectory")
+    p.add_argument(
+        "--agent",
+        metavar="NAME",
+        help="the agent that runs the episodes: the shipped loop (default), a black-box harness such as "
+        "smolagents, or a plugin or settings entry (docs/agents.md; GET /v1/agents lists them)",
+    )
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature override")
     p.add_argument(
         "--max-output-tokens", type=int, default=None, metavar="N", help="per model call, overrides the rows' value"
@@ -64,7 +71,11 @@ def gateway_url(args: argparse.Namespace, settings: Settings) -> Iterator[str]:
     if args.concurrency:
         settings.agent.concurrency = args.concurrency
     log.info("starting the embedded stack (model backend %s)", settings.model.backend)
-    with serve_in_thread(build_app(settings), timeout_s=600) as url:
+    # a port known before the app is built: harness agents are told where to call it
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        settings.host, settings.port = "127.0.0.1", s.getsockname()[1]
+    with serve_in_thread(build_app(settings), port=settings.port, timeout_s=600) as url:
         yield url
 
 
@@ -121,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
                 repeats=args.repeats,
                 sampling=sampling,
                 policy_version=args.policy_version,
+                agent=args.agent,
                 on_total=on_total,
                 on_record=on_record,
             )

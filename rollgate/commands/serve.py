@@ -24,6 +24,7 @@ settings (environment variables; nested fields use __; a YAML file via --config 
   ROLLGATE_API_KEY              bearer token; required by roles gateway and agent (or --no-auth)
   ROLLGATE_REDIS_URL            Redis for sessions and the job queue (roles gateway, agent, resources)
   ROLLGATE_MODEL_URL            model server base URL (roles gateway, agent)
+  ROLLGATE_MODEL_URLS           every model server replica, JSON list (gateway: POST /v1/weights reaches each)
   ROLLGATE_ENV_URLS             JSON {"env": ["http://replica:8300", ...]} (roles gateway, agent)
   ROLLGATE_ENVS                 JSON list of environments served in process (role all)
   ROLLGATE_MODEL__BACKEND       local | vllm | openai | scripted (roles all, model)

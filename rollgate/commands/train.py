@@ -16,6 +16,7 @@ EPILOG = """\
 examples:
   rollgate train --recipe tiny-math --out runs/tiny-math
   rollgate train --recipe tiny-math --out runs/tiny-math --resume      # go on after an interruption
+  rollgate train --recipe tiny-math --out runs/async --mode async --max-staleness 1
 
 writes DIR/metrics.json, DIR/reward_curve.png, the trained checkpoint in DIR/model/, the held-out
 evaluation of every curve point in DIR/eval/<label>/ (`rollgate eval compare` reads them), and the
@@ -32,6 +33,19 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recipe", required=True, metavar="NAME", help=f"one of: {', '.join(sorted(RECIPES))}")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory: must be new or empty")
     p.add_argument("--resume", action="store_true", help="continue the run in --out (finished phases are skipped)")
+    p.add_argument(
+        "--mode",
+        choices=("sync", "async"),
+        default="sync",
+        help="GRPO: sync (each step's rollouts on the weights being trained; default) or async (step N+1's "
+        "rollouts collected while step N trains)",
+    )
+    p.add_argument(
+        "--max-staleness",
+        type=int,
+        metavar="K",
+        help="async: train on rollouts at most K policy versions old; older ones are dropped and counted (default 1)",
+    )
     short = p.add_argument_group("overrides (a shortened run; metrics.json records the settings used)")
     short.add_argument("--train-tasks", type=int, metavar="N", help="training tasks (gold demos, GRPO prompts)")
     short.add_argument("--heldout-tasks", type=int, metavar="N", help="held-out tasks evaluated at each point")
@@ -50,6 +64,14 @@ def _overrides(cfg, args: argparse.Namespace):
     ]:
         if value is not None and value < 1:
             raise BadRequest(f"{flag} must be >= 1, got {value}", component="train", field=flag)
+    staleness = getattr(args, "max_staleness", None)
+    mode = getattr(args, "mode", "sync") or "sync"
+    if staleness is not None and mode != "async":
+        raise BadRequest("--max-staleness applies to --mode async only", component="train", field="--max-staleness")
+    if staleness is not None and staleness < 1:
+        raise BadRequest(f"--max-staleness must be >= 1, got {staleness}", component="train", field="--max-staleness")
+    grpo = {"mode": mode, **({"max_staleness": staleness} if staleness is not None else {})}
+    cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, **grpo))
     if args.sft_epochs is not None and not args.sft_epochs > 0:
         raise BadRequest(f"--sft-epochs must be > 0, got {args.sft_epochs}", component="train", field="--sft-epochs")
     top = {"train_tasks": args.train_tasks, "heldout_tasks": args.heldout_tasks, "seed": args.seed}
@@ -141,6 +163,11 @@ def run(args: argparse.Namespace) -> int:
         f"after SFT {metrics['reward_after_sft']:.3f}, after GRPO {metrics['reward_after_rl']:.3f} "
         f"({metrics['sft_steps']} SFT + {metrics['rl_steps']} GRPO steps, {metrics['seconds']:.0f}s)"
     )
+    if metrics.get("rl_seconds_per_step") is not None:
+        print(
+            f"GRPO {metrics['rl_mode']}: {metrics['rl_seconds_per_step']:.1f}s per step"
+            + (f", {metrics['rl_stale_dropped']} stale rollouts dropped" if metrics["rl_mode"] == "async" else "")
+        )
     print(
         f"issue targets: after SFT >= {TARGETS['reward_after_sft_min']}, GRPO >= SFT + {TARGETS['rl_gain_min']}, "
         f"under {TARGETS['seconds_max']}s on 2 cores"

@@ -5,18 +5,25 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel
+from starlette._utils import get_route_path
+from starlette.exceptions import HTTPException
+from starlette.routing import Mount, compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rollgate.core import jsonutil
-from rollgate.core.errors import CapacityError, PayloadTooLarge, RollgateError
+from rollgate.core.channel import CHANNEL_PATH, NOT_HERE, serve_channel
+from rollgate.core.errors import BadRequest, CapacityError, PayloadTooLarge, RollgateError
+from rollgate.core.openapi import install_openapi
+from rollgate.core.schemas import ErrorKind
 
 log = logging.getLogger("rollgate.http")
 
@@ -43,19 +50,22 @@ class BodySizeLimit:
     A plain ASGI middleware: Starlette's `@app.middleware("http")` runs every request through a
     task group and a streamed response, which cost more than the rest of a small request."""
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, component: str):
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, component: str, per_path: dict[str, int] | None = None):
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.component = component
+        # Paths with a limit of their own (e.g. a weights upload); shared with app.state.body_limits.
+        self.per_path = per_path if per_path is not None else {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            limit = self.per_path.get(scope["path"], self.max_body_bytes) if self.per_path else self.max_body_bytes
             for name, value in scope["headers"]:
                 if name == b"content-length":
-                    if value.isdigit() and int(value) > self.max_body_bytes:
+                    if value.isdigit() and int(value) > limit:
                         resp = error_response(
                             PayloadTooLarge(
-                                f"request body of {value.decode()} bytes exceeds the limit of {self.max_body_bytes}",
+                                f"request body of {value.decode()} bytes exceeds the limit of {limit}",
                                 component=self.component,
                                 field="body",
                             )
@@ -87,6 +97,39 @@ def validation_response(exc: RequestValidationError, component: str) -> JSONResp
         }
     }
     return FastJSONResponse(body, status_code=422)
+
+
+def _route_methods(routes: list, prefix: str = "") -> Iterator[tuple[str, set[str]]]:
+    """(path template, methods) of every method route, in included routers too (FastAPI keeps
+    those nested); mounts answer for their own paths."""
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            context = getattr(route, "include_context", None)
+            yield from _route_methods(included.routes, prefix + getattr(context, "prefix", ""))
+        elif getattr(route, "methods", None) and hasattr(route, "path") and not isinstance(route, Mount):
+            yield prefix + route.path, set(route.methods)
+
+
+def allowed_methods(app: FastAPI, path: str) -> set[str]:
+    """The methods of the first route template matching `path` (the one Starlette picked),
+    gathered over every route of that template: each method may be a route of its own."""
+    table = list(_route_methods(app.router.routes))
+    template = next((t for t, _ in table if compile_path(t)[0].match(path)), None)
+    return {m for t, methods in table if t == template for m in methods}
+
+
+def http_error_response(app: FastAPI, request: Request, exc: HTTPException, component: str) -> JSONResponse:
+    """Starlette's own answers (no route for the path, or not for the method) in the error shape.
+    A 405's Allow names every method of the path: Starlette's names only the one route it tried."""
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        methods = set(headers.get("Allow", "").replace(" ", "").split(",")) - {""}
+        headers["Allow"] = ", ".join(sorted(methods | allowed_methods(app, get_route_path(request.scope))))
+    kind = ErrorKind.not_found if exc.status_code == 404 else ErrorKind.bad_request
+    message = f"{request.method} {request.url.path}: {exc.detail}"
+    body = {"error": {"kind": kind.value, "component": component, "message": message}}
+    return FastJSONResponse(body, status_code=exc.status_code, headers=headers)
 
 
 def internal_error_response(exc: Exception, component: str) -> JSONResponse:
@@ -139,7 +182,42 @@ class HotRoutes:
                 if route.method == method and (m := route.pattern.fullmatch(path)):
                     await self._serve(route, m.groupdict(), scope, receive, send)
                     return
+        elif scope["type"] == "websocket" and scope["path"] == CHANNEL_PATH:
+            await serve_channel(self.respond, receive, send)  # core/channel.py: the hot routes, multiplexed
+            return
         await self.app(scope, receive, send)
+
+    async def _answer(
+        self, route: HotRoute, params: dict[str, str], body: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> Response:
+        try:
+            if route.with_headers:
+                return await route.handler(params, body, headers)  # type: ignore[call-arg]
+            return await route.handler(params, body)  # type: ignore[call-arg]
+        except RollgateError as exc:
+            return error_response(exc)
+        except RequestValidationError as exc:
+            return validation_response(exc, self.component)
+        except Exception as exc:  # noqa: BLE001 - the same 500 body as the app's handler
+            return internal_error_response(exc, self.component)
+
+    async def respond(
+        self, method: str, path: str, body: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> tuple[int, bytes]:
+        """One request that came over the channel: (status, body), as HTTP would answer it."""
+        for route in self.routes:
+            if route.method == method and (m := route.pattern.fullmatch(path)):
+                response = await self._answer(route, m.groupdict(), body, headers)
+                break
+        else:  # not a hot route here (e.g. a family's /envs/<name>/...): the client uses HTTP for it
+            return NOT_HERE, b""
+        out = getattr(response, "body", None)
+        if not isinstance(out, bytes):  # a streamed answer: only HTTP carries it
+            response = error_response(
+                BadRequest(f"{method} {path} streams its answer: use HTTP", component=self.component, field="stream")
+            )
+            out = response.body
+        return response.status_code, out
 
     async def _serve(self, route: HotRoute, params: dict[str, str], scope: Scope, receive: Receive, send: Send) -> None:
         chunks: list[bytes] = []
@@ -150,19 +228,13 @@ class HotRoutes:
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
-        try:
-            body = b"".join(chunks)
-            if route.with_headers:
-                response = await route.handler(params, body, scope["headers"])  # type: ignore[call-arg]
-            else:
-                response = await route.handler(params, body)  # type: ignore[call-arg]
-        except RollgateError as exc:
-            response = error_response(exc)
-        except RequestValidationError as exc:
-            response = validation_response(exc, self.component)
-        except Exception as exc:  # noqa: BLE001 - the same 500 body as the app's handler
-            response = internal_error_response(exc, self.component)
+        response = await self._answer(route, params, b"".join(chunks), scope["headers"])
         await response(scope, receive, send)
+
+
+class Health(BaseModel):
+    status: Literal["ok", "starting"]
+    component: str
 
 
 def make_app(
@@ -181,7 +253,10 @@ def make_app(
 
     app.state.hot_routes = []
     app.add_middleware(HotRoutes, routes=app.state.hot_routes, component=component)
-    app.add_middleware(BodySizeLimit, max_body_bytes=max_body_bytes, component=component)  # outermost
+    app.state.body_limits = {}  # path -> bytes, for routes that take more than max_body_bytes
+    app.add_middleware(
+        BodySizeLimit, max_body_bytes=max_body_bytes, component=component, per_path=app.state.body_limits
+    )  # outermost
 
     @app.exception_handler(RollgateError)
     async def _rollgate_error(_: Request, exc: RollgateError):
@@ -191,15 +266,21 @@ def make_app(
     async def _validation_error(_: Request, exc: RequestValidationError):
         return validation_response(exc, component)
 
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException):
+        return http_error_response(app, request, exc, component)
+
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception):
         return internal_error_response(exc, component)
 
-    @app.get("/healthz", tags=["ops"])
-    async def healthz():
+    install_openapi(app)
+
+    @app.get("/healthz", tags=["ops"], responses={503: {"model": Health, "description": "not ready yet"}})
+    async def healthz() -> Health:
         if ready is not None and not ready():
-            return FastJSONResponse({"status": "starting"}, status_code=503)
-        return {"status": "ok", "component": component}
+            return FastJSONResponse({"status": "starting", "component": component}, status_code=503)
+        return Health(status="ok", component=component)
 
     @app.get("/metrics", tags=["ops"], include_in_schema=False)
     async def metrics():

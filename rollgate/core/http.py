@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 
 from rollgate.core import jsonutil
+from rollgate.core.channel import Channel, Refused
 from rollgate.core.errors import (
     RollgateError,
     UpstreamError,
@@ -57,6 +58,7 @@ class HttpClient:
         retry: RetryPolicy | None = None,
         headers: dict[str, str] | None = None,
         limit: int = 0,
+        channel: bool = False,
     ):
         self.base_url = base_url.rstrip("/")
         self.component = component
@@ -66,6 +68,8 @@ class HttpClient:
         self._limit = limit
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+        # Rollgate upstreams: requests multiplexed over one WebSocket (core/channel.py), HTTP otherwise
+        self._channel = Channel(self.base_url, component=component, headers=headers) if channel else None
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -78,6 +82,8 @@ class HttpClient:
         return self._session
 
     async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -124,6 +130,20 @@ class HttpClient:
         return t
 
     async def _once(self, method, path, json, timeout_s, headers) -> Any:
+        if self._channel is not None and self._channel.usable:
+            try:
+                status, raw = await self._channel.request(
+                    self._get_session(),
+                    method,
+                    path,
+                    jsonutil.dumps(json) if json is not None else b"",
+                    timeout_s,
+                    headers,
+                )
+            except Refused:
+                pass  # the upstream does not speak the channel: HTTP from now on
+            else:
+                return self._parse(raw, status)
         url = self.base_url + path
         data = jsonutil.dumps(json) if json is not None else None
         try:
@@ -144,6 +164,9 @@ class HttpClient:
             raise UpstreamError(
                 f"{method} {url} failed: {type(exc).__name__}: {exc}", component=self.component, transient=True
             ) from None
+        return self._parse(raw, status)
+
+    def _parse(self, raw: bytes, status: int) -> Any:
         body: Any = None
         if raw:
             try:

@@ -35,3 +35,72 @@ async def call(coro: Awaitable[T], *, component: str) -> T:
         return await coro
     except (rexc.ConnectionError, rexc.TimeoutError) as exc:
         raise UpstreamError(f"redis unreachable: {exc}", component=component, transient=True) from None
+
+
+class ScriptBatch:
+    """Lua script calls made during one turn of the event loop go to Redis as one pipeline: one
+    connection checkout, one write and one read for all of them, instead of one each.
+
+    At a few hundred episodes in flight a resources server makes hundreds of session-store calls
+    per loop turn, and redis-py's per-command connection handling and socket writes were most of
+    its client CPU (docs/benchmarks.md). Semantics do not change: each call is still one EVALSHA,
+    atomic on the server, answered on its own future; an error of one call (a script error) is
+    that call's alone. Only non-blocking scripts belong here."""
+
+    def __init__(self, client: Any):
+        self.client = client
+        self._queue: list[tuple[Any, list, list, Any]] = []
+        self._flushing: Any = None
+
+    def wrap(self, script: Any):
+        """`script(keys=..., args=...)`, batched."""
+
+        def call(keys: list, args: list) -> Awaitable[Any]:
+            import asyncio
+
+            fut = asyncio.get_running_loop().create_future()
+            self._queue.append((script, keys, args, fut))
+            if self._flushing is None:
+                self._flushing = asyncio.get_running_loop().create_task(self._flush())
+            return fut
+
+        return call
+
+    async def _flush(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                if len(batch) == 1:  # nothing to share: the plain call is cheaper than a pipeline
+                    script, keys, args, fut = batch[0]
+                    try:
+                        result = await script(keys=keys, args=args)
+                    except Exception as exc:  # noqa: BLE001 - delivered to its caller
+                        _settle(fut, exc=exc)
+                    else:
+                        _settle(fut, result=result)
+                    continue
+                pipe = self.client.pipeline(transaction=False)
+                for script, keys, args, _ in batch:
+                    await script(keys=keys, args=args, client=pipe)  # queues the EVALSHA
+                try:
+                    results = await pipe.execute(raise_on_error=False)
+                except Exception as exc:  # noqa: BLE001 - the connection failed: every call fails
+                    for *_, fut in batch:
+                        _settle(fut, exc=exc)
+                    continue
+                for (*_, fut), result in zip(batch, results, strict=True):
+                    if isinstance(result, Exception):
+                        _settle(fut, exc=result)
+                    else:
+                        _settle(fut, result=result)
+        finally:
+            self._flushing = None
+
+
+def _settle(fut: Any, *, result: Any = None, exc: BaseException | None = None) -> None:
+    if fut.done():  # the caller was cancelled
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)

@@ -76,7 +76,7 @@ def parse_row(
         raise BadRequest(f"{at('')}: a task row must be a JSON object", component=component, field=at(""))
     else:
         try:
-            row = TaskRow.model_validate(raw)
+            row = TaskRow.model_validate(raw, strict=True)  # as its JSON schema says (no "3" for 3)
         except ValidationError as exc:
             e = exc.errors()[0]
             field = at(".".join(str(x) for x in e.get("loc", ())))

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import enum
 import os
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
-SCHEMA_VERSION = 2  # 2: row_index and attempts on Trajectory, row_index on FailureRecord
+SCHEMA_VERSION = 3  # 2: row_index and attempts on Trajectory, row_index on FailureRecord; 3: segmented
 
 
 class Outcome(str, enum.Enum):
@@ -53,16 +62,42 @@ class ErrorInfo(BaseModel):
     field: str | None = None
 
 
+# The integers of the wire (RFC 7493, I-JSON): exact in every JSON implementation, a double too.
+MAX_JSON_INT = 2**53 - 1
+
+
+def _integral(value: Any) -> Any:
+    # JSON has one number type: 3.0 is the integer 3 (JSON Schema agrees); `true` is not 1
+    if type(value) is float and value.is_integer() and abs(value) <= MAX_JSON_INT:
+        return int(value)
+    if type(value) is int and abs(value) > MAX_JSON_INT:
+        raise ValueError(f"must lie in [-{MAX_JSON_INT}, {MAX_JSON_INT}] (RFC 7493)")
+    return value
+
+
+# An integer field of a wire model validated strictly (`model_validate(..., strict=True)`): what
+# its JSON schema says (rollgate.core.openapi publishes the range), where pydantic's lax mode
+# would also take true and "3".
+JsonInt = Annotated[int, BeforeValidator(_integral), Strict()]
+
+
+# what _check_params enforces, for the JSON schema (OpenAPI) of every route that takes a row
+_PARAMS_SCHEMA: dict[str, Any] = {
+    "required": ["input"],
+    "properties": {"input": {"anyOf": [{"type": "string"}, {"type": "array"}]}},
+}
+
+
 class TaskRow(BaseModel):
     """One input task. NeMo Gym rows (`responses_create_params` + environment fields) are
     accepted unchanged: unknown top-level fields are kept as environment fields."""
 
     model_config = ConfigDict(extra="allow")
 
-    responses_create_params: dict[str, Any]
+    responses_create_params: dict[str, Any] = Field(json_schema_extra=_PARAMS_SCHEMA)
     env: str | None = None
     task_id: str | None = None
-    seed: int | None = None
+    seed: JsonInt | None = None
 
     @field_validator("responses_create_params")
     @classmethod
@@ -88,8 +123,8 @@ class SamplingOverrides(BaseModel):
     model_config = ConfigDict(extra="forbid")
     temperature: float | None = Field(None, ge=0, le=10)
     top_p: float | None = Field(None, gt=0, le=1)
-    seed: int | None = None
-    max_output_tokens: int | None = Field(None, ge=1, le=1_000_000)
+    seed: JsonInt | None = None
+    max_output_tokens: JsonInt | None = Field(None, ge=1, le=1_000_000)
 
 
 SAMPLING_KEYS = tuple(SamplingOverrides.model_fields)
@@ -152,6 +187,10 @@ class Trajectory(BaseModel):
     policy: PolicyRef
     messages: list[dict[str, Any]] = Field(default_factory=list)
     turns: list[Turn] = Field(default_factory=list)
+    # True when the turns are NOT one growing token sequence: a black-box harness rewrote its
+    # history between model calls, so each turn is a segment of its own (prompt + generation).
+    # Trainers that flatten an episode into one sequence must refuse or split such a trajectory.
+    segmented: bool = False
     reward: float | None = None
     reward_components: dict[str, float] | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
@@ -218,12 +257,22 @@ class VerifyRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     response: str | None = None
     transcript: list[dict[str, Any]] | None = None
+    # close the session once verified: the agent's last call to the environment, one round trip less
+    close: bool = False
 
 
 class VerifyResult(BaseModel):
     reward: float
     reward_components: dict[str, float] | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
+    closed: bool | None = None  # True: the session was closed with it (VerifyRequest.close)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_closed(self, handler):
+        out = handler(self)
+        if out.get("closed") is None:  # answers to plain verify calls stay as they always were
+            out.pop("closed", None)
+        return out
 
     @model_validator(mode="after")
     def _sum(self) -> VerifyResult:

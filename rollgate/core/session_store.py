@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import CapacityError, NotFound
-from rollgate.core.redis_client import bounded_client, call
+from rollgate.core.redis_client import ScriptBatch, bounded_client, call
 
 T = TypeVar("T")
 Mutator = Callable[[dict[str, Any]], "T | Awaitable[T]"]
@@ -39,6 +39,7 @@ class SessionStore(Protocol):
     async def get(self, session_id: str) -> dict[str, Any]: ...
     async def update(self, session_id: str, fn: Mutator) -> Any: ...
     async def delete(self, session_id: str) -> bool: ...
+    async def take(self, session_id: str) -> dict[str, Any]: ...  # get and delete, in one step
     async def count(self) -> int: ...
     async def close(self) -> None: ...
 
@@ -125,6 +126,11 @@ class MemorySessionStore:
         self._locks.pop(session_id, None)
         return self._data.pop(session_id, None) is not None
 
+    async def take(self, session_id: str) -> dict[str, Any]:
+        data = self._live(session_id)
+        await self.delete(session_id)
+        return data
+
     async def count(self) -> int:
         self._sweep(time.monotonic())
         return len(self._data)
@@ -169,6 +175,14 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 return n
 """
 
+_TAKE = """
+local v = redis.call('GET', KEYS[1])
+if not v then return false end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return v
+"""
+
 _UNLOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -200,11 +214,14 @@ class RedisSessionStore:
         self.lock_lease_s = lock_lease_s
         self.lock_wait_s = lock_wait_s
         self._r = client or bounded_client(url, max_connections=max_connections, wait_s=lock_wait_s, socket_timeout=10)
-        self._create = self._r.register_script(_CREATE)
-        self._commit = self._r.register_script(_COMMIT)
-        self._unlock = self._r.register_script(_UNLOCK)
-        self._lock_get = self._r.register_script(_LOCK_GET)
-        self._delete = self._r.register_script(_DELETE)
+        # every script call of one loop turn shares one pipeline (redis_client.ScriptBatch)
+        batch = ScriptBatch(self._r)
+        self._create = batch.wrap(self._r.register_script(_CREATE))
+        self._commit = batch.wrap(self._r.register_script(_COMMIT))
+        self._unlock = batch.wrap(self._r.register_script(_UNLOCK))
+        self._lock_get = batch.wrap(self._r.register_script(_LOCK_GET))
+        self._delete = batch.wrap(self._r.register_script(_DELETE))
+        self._take = batch.wrap(self._r.register_script(_TAKE))
 
     def _k(self, session_id: str) -> str:
         return f"{self.prefix}:s:{session_id}"
@@ -286,6 +303,12 @@ class RedisSessionStore:
     async def delete(self, session_id: str) -> bool:
         n = await self._call(self._delete(keys=[self._k(session_id), self._live_key], args=[session_id]))
         return bool(n)
+
+    async def take(self, session_id: str) -> dict[str, Any]:
+        raw = await self._call(self._take(keys=[self._k(session_id), self._live_key], args=[session_id]))
+        if raw is None:
+            raise _not_found(session_id)
+        return jsonutil.loads(raw)
 
     async def count(self) -> int:
         now = int(time.time() * 1000)

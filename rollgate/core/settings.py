@@ -27,6 +27,10 @@ class ModelSettings(BaseModel):
     max_batch_size: int = 64
     batch_window_ms: float = 5.0
     max_queue: int = 4096  # requests waiting for the local engine beyond this are refused (503)
+    # local: keep prompts' and finished sequences' KV so an episode's next call and a group's other
+    # samples prefill only their new tokens (least recently used dropped beyond kv_cache_mb)
+    kv_reuse: bool = True
+    kv_cache_mb: float = Field(default=1024.0, ge=0)
     max_context_tokens: int | None = None  # default: the model's own limit
     default_max_output_tokens: int = 256
     # vllm: upstream OpenAI-compatible vLLM servers; openai: one Responses endpoint
@@ -50,6 +54,9 @@ class AgentSettings(BaseModel):
     seed_timeout_s: float = 30.0
     retries: int = 3  # attempts for transient transport errors
     concurrency: int = 64  # episodes one agent worker runs at once
+    # model and tool calls to Rollgate servers multiplexed over one WebSocket per server
+    # (core/channel.py); upstreams that do not speak it are called over plain HTTP
+    channel: bool = True
 
 
 class SessionSettings(BaseModel):
@@ -108,6 +115,20 @@ class EnvEntry(BaseModel):
         return dict(self.model_extra or {})
 
 
+class AgentEntry(BaseModel):
+    """An agent configured by entry: `{name, kind, <kind's options>}`, where kind names a plugin of
+    the `rollgate.agents` group, e.g. `{name: my-harness, kind: harness, command: [...]}`
+    (docs/agents.md). The kind's plugin validates the options."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    kind: str
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ROLLGATE_", env_nested_delimiter="__", extra="ignore")
 
@@ -125,6 +146,9 @@ class Settings(BaseSettings):
     envs: list[str | EnvEntry] = Field(default_factory=lambda: ["*"])
     # distributed shape: where the parts are (env name -> replica base URLs)
     model_url: str | None = None
+    # every model server replica behind model_url (e.g. the pods a load balancer spreads over), for
+    # what must reach each one: weight updates (POST /v1/weights). Empty: model_url alone.
+    model_urls: list[str] = Field(default_factory=list)
     env_urls: dict[str, list[str]] = Field(default_factory=dict)
     gateway_url: str | None = None
 
@@ -133,6 +157,8 @@ class Settings(BaseSettings):
     sessions: SessionSettings = Field(default_factory=SessionSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    # agents configured by entry (a job's `agent` picks one; installed plugins need no entry)
+    agents: list[AgentEntry] = Field(default_factory=list)
 
     @property
     def env_names(self) -> list[str]:

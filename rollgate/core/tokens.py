@@ -25,6 +25,20 @@ class ContiguityError(ProtocolError):
         self.turn = turn
 
 
+class SegmentedError(ProtocolError):
+    """A segmented trajectory (`Trajectory.segmented`: a black-box harness rewrote its history
+    between model calls) has no one token sequence: it is refused, never trained as one."""
+
+    def __init__(self, traj: Trajectory):
+        super().__init__(
+            f"trajectory {traj.trajectory_id} is segmented: its {len(traj.turns)} model calls do not form one "
+            "growing token sequence (its harness rewrote the history between calls), so it cannot be trained "
+            "as one sequence; train each turn as a sample of its own, or leave segmented trajectories out",
+            component="trainer",
+            field="segmented",
+        )
+
+
 @dataclass(frozen=True)
 class Segment:
     """One model call seen incrementally: the prompt tokens new since the previous call (for turn 0
@@ -118,4 +132,6 @@ def trainable_sequence(
             # Trainers index the last completion token (EOS checks): never hand them an empty one.
             seq = TokenSequence(seq.prompt_ids, [filler_token_id], [0.0], [0])
         return TokenSequence(seq.prompt_ids, seq.completion_ids, seq.logprobs, [0] * len(seq.completion_ids))
+    if traj.segmented:
+        raise SegmentedError(traj)
     return flatten(traj.turns).truncated(max_completion_tokens)

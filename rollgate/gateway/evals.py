@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollgate.core import jsonutil
-from rollgate.core.errors import BadRequest, RollgateError
+from rollgate.core.errors import RollgateError
 from rollgate.core.eval_metrics import MetricConfig, TaskResult, env_blocks
 from rollgate.core.schemas import ErrorKind, Outcome
 from rollgate.jobs.queue import EvalOptions, JobProgress, JobQueue, decode_record
@@ -34,6 +34,10 @@ REWARDED = {o.value for o in Outcome if o.has_reward}
 class JobNotFinished(RollgateError):
     kind = ErrorKind.bad_request
     status = 409
+
+
+class NoReport(JobNotFinished):
+    """A training job has no report: the request is fine, the job is not of that kind (409)."""
 
 
 @dataclass
@@ -177,7 +181,7 @@ class EvalReports:
             return hit
         prog = prog or await self.queue.progress(job_id)
         if prog.purpose != "eval":
-            raise BadRequest(
+            raise NoReport(
                 f'purpose: job {job_id} is a training job; submit with "purpose": "eval" to get a report',
                 component=COMPONENT,
                 field="purpose",

@@ -1,7 +1,8 @@
 """Rollout jobs: the routes (the request and its planning are rollgate.jobs.plan).
 
-POST /v1/rollouts            {tasks, env?, repeats, sampling, policy_version?, purpose?, k?, threshold?,
-                             pass_k?, retry_errors?, priority?} -> {job_id, num_tasks}
+POST /v1/rollouts            {tasks, env?, agent?, repeats, sampling, policy_version?, purpose?, k?,
+                             threshold?, pass_k?, retry_errors?, priority?} -> {job_id, num_tasks}
+GET  /v1/agents              the agents a job may name (rollgate.agent_server.plugins)
 GET  /v1/rollouts            recent jobs with their progress (the viewer's job list)
 GET  /v1/rollouts/summary    finished jobs per policy version: training reward and evaluation results
 GET  /v1/rollouts/{job}      progress: state, done/total, counts by outcome, mean reward
@@ -16,38 +17,17 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from rollgate.agent_server.plugins import DEFAULT_AGENT, AgentRegistry
 from rollgate.core.app import read_json
 from rollgate.core.errors import BadRequest
 from rollgate.core.metrics import Metrics
+from rollgate.gateway import api_docs
 from rollgate.gateway.evals import MAX_REPORTS_PER_SUMMARY, EvalReports
 from rollgate.gateway.stream import results_response
 from rollgate.jobs.plan import COMPONENT, RolloutRequest, SubmitResponse, plan_job
 from rollgate.jobs.queue import JobProgress, JobQueue
-
-
-def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The model's JSON schema with its $defs inlined. The body is read by hand (so a bad field is
-    a 400 naming it, not FastAPI's 422), so FastAPI does not see the model: the OpenAPI document
-    gets it from here instead."""
-    schema = model.model_json_schema()
-    defs = schema.pop("$defs", {})
-
-    def resolve(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                return resolve(defs[ref.removeprefix("#/$defs/")])
-            return {k: resolve(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [resolve(v) for v in node]
-        return node
-
-    return resolve(schema)
-
-
-REQUEST_SCHEMA = inline_schema(RolloutRequest)
 
 
 def jobs_router(
@@ -58,6 +38,7 @@ def jobs_router(
     max_task_bytes: int,
     retry_errors: int = 0,
     metrics: Metrics | None = None,
+    agents: AgentRegistry | None = None,
 ) -> APIRouter:
     metrics = metrics if metrics is not None else Metrics.off()
     r = APIRouter(prefix="/v1", tags=["rollouts"])
@@ -67,19 +48,24 @@ def jobs_router(
     async def list_envs() -> dict[str, list[str]]:
         return {"envs": sorted(known_envs())}
 
+    @r.get("/agents", summary="Agents a job may name in `agent`, and why one cannot run")
+    async def list_agents() -> dict[str, Any]:
+        listed = agents.describe() if agents is not None else []
+        return {"agents": listed, "default": DEFAULT_AGENT}
+
     @r.post(
         "/rollouts",
         response_model=SubmitResponse,
         status_code=201,
         summary="Submit a rollout job",
-        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": REQUEST_SCHEMA}}}},
+        **api_docs.submit_docs(sorted(known_envs())),
     )
     async def submit(request: Request) -> SubmitResponse:
         body = await read_json(request, component=COMPONENT)
         if not isinstance(body, dict):
             raise BadRequest('body must be a JSON object {"tasks": [...]}', component=COMPONENT, field="body")
         try:
-            req = RolloutRequest.model_validate(body)
+            req = RolloutRequest.model_validate(body, strict=True)  # as its JSON schema says: no "3" for 3
         except ValidationError as exc:
             e = exc.errors()[0]
             field = ".".join(str(x) for x in e.get("loc", ())) or "body"
@@ -90,6 +76,7 @@ def jobs_router(
             model_name=model_name,
             max_task_bytes=max_task_bytes,
             retry_errors=retry_errors,
+            known_agents=agents.names() if agents is not None else None,
         )
         await queue.submit(spec, tasks)
         metrics.jobs.labels("submitted").inc()
@@ -113,24 +100,35 @@ def jobs_router(
     ) -> dict[str, Any]:
         return await reports.summary(await queue.list_jobs(limit), max_reports=MAX_REPORTS_PER_SUMMARY)
 
-    @r.get("/rollouts/{job_id}", response_model=JobProgress, summary="Progress of a job")
+    @r.get("/rollouts/{job_id}", response_model=JobProgress, summary="Progress of a job", **api_docs.JOB_DOCS)
     async def progress(job_id: str) -> JobProgress:
         return await queue.progress(job_id)
 
-    @r.get("/rollouts/{job_id}/results", summary="Records as NDJSON, in completion order, resumable")
+    @r.get(
+        "/rollouts/{job_id}/results",
+        summary="Records as NDJSON, in completion order, resumable",
+        **api_docs.RESULTS_DOCS,
+    )
     async def results(
-        job_id: str, cursor: str | None = None, wait: bool = False, limit: int | None = Query(None, ge=1)
+        job_id: str,
+        cursor: str | None = Query(None, json_schema_extra={"pattern": api_docs.CURSOR}),
+        wait: bool = False,
+        limit: int | None = Query(None, ge=1),
     ):
         return await results_response(queue, job_id, cursor=cursor, wait=wait, limit=limit)
 
-    @r.get("/rollouts/{job_id}/report", summary="Evaluation report of a finished evaluation job")
+    @r.get(
+        "/rollouts/{job_id}/report",
+        summary="Evaluation report of a finished evaluation job",
+        **api_docs.REPORT_DOCS,
+    )
     async def report(job_id: str) -> dict[str, Any]:
         """Per environment and overall: mean reward, pass@k (and majority@k where the environment
         exposes an answer) with 95% bootstrap intervals over tasks; failures counted apart.
         409 while the job runs; 400 for a training job."""
         return await reports.report(job_id)
 
-    @r.delete("/rollouts/{job_id}", response_model=JobProgress, summary="Cancel a job")
+    @r.delete("/rollouts/{job_id}", response_model=JobProgress, summary="Cancel a job", **api_docs.CANCEL_DOCS)
     async def cancel(job_id: str) -> JobProgress:
         prog = await queue.cancel(job_id)
         metrics.jobs.labels("cancelled").inc()

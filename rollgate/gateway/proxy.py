@@ -8,6 +8,7 @@ request was sent it is never re-sent (a tool call must not run twice)."""
 from __future__ import annotations
 
 import logging
+from urllib.parse import quote
 
 import httpx
 from fastapi import APIRouter, Request
@@ -16,9 +17,13 @@ from starlette.background import BackgroundTask
 
 from rollgate.core.errors import NotFound, UpstreamError, UpstreamTimeout
 from rollgate.core.replicas import ReplicaSet
+from rollgate.gateway.api_docs import CAPTURES_DOCS, ENV_ROUTE_DOCS, model_route_docs
+from rollgate.gateway.ws_relay import ws_relay
+from rollgate.model_server.api_docs import ModelShape
 from rollgate.model_server.capture import SESSION_HEADER
 
 log = logging.getLogger("rollgate.proxy")
+PATH_SAFE = "/:@!$&'()*+,;="  # RFC 3986 pchar delimiters: kept as they are
 
 # Hop-by-hop headers and ours: never forwarded.
 _DROP_REQUEST = {
@@ -53,6 +58,8 @@ class Forwarder:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
         headers.update(self._auth)
         query = request.url.query
+        # `path` holds decoded path parameters: encode it again (control characters, spaces, ...)
+        path = quote(path, safe=PATH_SAFE)
         last: Exception | None = None
         for base in replicas.order(pin):
             url = f"{base}{path}" + (f"?{query}" if query else "")
@@ -92,12 +99,25 @@ class Forwarder:
             transient=True,
         )
 
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """What the forwarder sends upstream to authenticate (the WebSocket relay sends it too)."""
+        return dict(self._auth)
+
     async def aclose(self) -> None:
         await self._client.aclose()
 
 
-def proxy_router(forwarder: Forwarder, *, model: ReplicaSet | None, envs: dict[str, ReplicaSet]) -> APIRouter:
+def proxy_router(
+    forwarder: Forwarder,
+    *,
+    model: ReplicaSet | None,
+    envs: dict[str, ReplicaSet],
+    shape: ModelShape | None = None,
+) -> APIRouter:
+    """`shape`: what the model pool serves, for the OpenAPI document (api_docs)."""
     r = APIRouter()
+    shape = shape or ModelShape(("rollgate-tiny",))
 
     async def to_model(request: Request, path: str, pin: str | None = None) -> Response:
         if model is None:
@@ -114,7 +134,12 @@ def proxy_router(forwarder: Forwarder, *, model: ReplicaSet | None, envs: dict[s
     for prefix in ("", "/capture/{session}"):
         for method, path, summary in MODEL_ROUTES:
             r.add_api_route(
-                prefix + path, _model_route(to_model, path), methods=[method], tags=["model"], summary=summary
+                prefix + path,
+                _model_route(to_model, path),
+                methods=[method],
+                tags=["model"],
+                summary=summary,
+                **model_route_docs(method, path, shape, capture=bool(prefix)),
             )
 
     @r.api_route(
@@ -122,8 +147,10 @@ def proxy_router(forwarder: Forwarder, *, model: ReplicaSet | None, envs: dict[s
         methods=["GET", "DELETE"],
         tags=["model"],
         summary="Tokens captured for one session (proxied to the model server holding it)",
+        **CAPTURES_DOCS,
     )
-    async def captures(session: str, request: Request) -> Response:
+    async def captures(request: Request) -> Response:
+        session = request.path_params["session"]
         return await to_model(request, f"/v1/captures/{session}", pin=session)
 
     @r.api_route(
@@ -132,11 +159,14 @@ def proxy_router(forwarder: Forwarder, *, model: ReplicaSet | None, envs: dict[s
         tags=["envs"],
         summary="Resources-server routes of one environment (proxied to its replicas); "
         "a family member's name holds one '/', e.g. /envs/reasoning_gym/chain_sum/tools",
+        **ENV_ROUTE_DOCS,
     )
     async def env_route(target: str, request: Request) -> Response:
         env, path = split_env_path(target, envs)
         return await forwarder.forward(request, envs[env], "/" + path, component=f"env:{env}")
 
+    # WebSocket routes of the environments (OpenEnv's /envs/{env}/openenv/ws): gateway/ws_relay.py
+    r.add_api_websocket_route("/envs/{target:path}", ws_relay(envs, split_env_path, headers=forwarder.auth_headers))
     return r
 
 

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter, FastAPI
 
+from rollgate.agent_server.plugins import AgentRegistry
 from rollgate.core.app import make_app
 from rollgate.core.auth import auth_key, require_bearer
 from rollgate.core.metrics import Metrics
@@ -20,8 +21,10 @@ from rollgate.core.replicas import ReplicaSet
 from rollgate.core.settings import Settings
 from rollgate.gateway.jobs import jobs_router
 from rollgate.gateway.proxy import Forwarder, proxy_router
+from rollgate.gateway.weights import http_fanout
 from rollgate.jobs import make_queue
 from rollgate.jobs.queue import JobQueue
+from rollgate.model_server.api_docs import ModelShape
 
 log = logging.getLogger("rollgate.gateway")
 
@@ -54,6 +57,9 @@ def create_gateway_app(
             max_task_bytes=settings.gateway.max_task_bytes,
             retry_errors=settings.gateway.retry_errors,
             metrics=metrics,
+            # the agents a job may name: installed plugins and settings.agents (the agent workers
+            # must be configured alike, as for environments)
+            agents=AgentRegistry(settings.agents),
         )
     )
     for router in routers:
@@ -115,12 +121,20 @@ def build_app(settings: Settings) -> FastAPI:
     model = ReplicaSet([settings.model_url], what="model") if settings.model_url else None
     if model is None:
         log.warning("no model_url set: /v1/responses and /v1/models answer 404")
-    return create_gateway_app(
+    hooks = [forwarder.aclose]
+    replicas = settings.model_urls or ([settings.model_url] if settings.model_url else [])
+    weights = http_fanout(replicas, api_key=settings.api_key) if replicas else None
+    if weights is not None:
+        hooks.append(weights.aclose)
+    app = create_gateway_app(
         settings,
         queue,
         known_envs=lambda: sorted(envs),
-        routers=[proxy_router(forwarder, model=model, envs=envs)],
+        routers=[proxy_router(forwarder, model=model, envs=envs, shape=ModelShape.from_settings(settings))],
         metrics=metrics,
         api_key=api_key,
-        on_shutdown=[forwarder.aclose],
+        on_shutdown=hooks,
     )
+    if weights is not None:
+        weights.install(app)  # POST /v1/weights: to every model replica
+    return app

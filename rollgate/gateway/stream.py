@@ -7,18 +7,23 @@ Each line is one JSON object:
 A client that loses the connection asks again with `cursor=` the last cursor it processed and
 receives exactly the records after it. A cursor names its job, so one job's cursor is refused
 on another. Without `wait` the response ends when the records available now are sent; with
-`wait=true` it stays open until the job finishes (the `end` line).
+`wait=true` it stays open until the job finishes (the `end` line). Only the `end` line means the
+job is finished: a response that ends without one (the queue became unreachable mid-stream, say
+Redis restarting) is resumed from the last cursor, as after a dropped connection.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 
 from fastapi.responses import StreamingResponse
 
 from rollgate.core import jsonutil
-from rollgate.core.errors import BadRequest
+from rollgate.core.errors import BadRequest, UpstreamError
 from rollgate.jobs.queue import JobQueue, decode_record
+
+log = logging.getLogger("rollgate.gateway")
 
 HEARTBEAT_S = 10.0
 BATCH = 500
@@ -33,7 +38,7 @@ def parse_cursor(job_id: str, cursor: str | None) -> int:
     if not cursor:
         return 0
     owner, _, pos = cursor.rpartition(":")
-    if not owner or not pos.isdigit():
+    if not owner or not (pos.isascii() and pos.isdigit()):  # "²" is a digit to str.isdigit, not to int()
         raise BadRequest(
             f"cursor: malformed cursor {cursor[:80]!r}; pass the `cursor` of the last line you processed",
             component="gateway",
@@ -71,27 +76,32 @@ async def results_response(
     async def lines() -> AsyncIterator[bytes]:
         pos = position
         sent = 0
-        while True:
-            want = BATCH if limit is None else min(BATCH, limit - sent)
-            if wait:
-                batch = await queue.wait_results(job_id, pos, limit=want, timeout_s=HEARTBEAT_S)
-            else:
-                batch = await queue.results(job_id, pos, want)
-            for stored in batch:
-                pos += 1
-                sent += 1
-                kind, raw = decode_record(stored)
-                yield _line(job_id, pos, kind, raw)
-            if limit is not None and sent >= limit:
-                return
-            if batch:
-                continue
-            prog = await queue.progress(job_id)
-            if prog.finished and pos >= prog.total:
-                yield _line(job_id, pos, "end", extra={"progress": prog.model_dump(mode="json")})
-                return
-            if not wait:
-                return
-            yield _line(job_id, pos, "heartbeat")
+        try:
+            while True:
+                want = BATCH if limit is None else min(BATCH, limit - sent)
+                if wait:
+                    batch = await queue.wait_results(job_id, pos, limit=want, timeout_s=HEARTBEAT_S)
+                else:
+                    batch = await queue.results(job_id, pos, want)
+                for stored in batch:
+                    pos += 1
+                    sent += 1
+                    kind, raw = decode_record(stored)
+                    yield _line(job_id, pos, kind, raw)
+                if limit is not None and sent >= limit:
+                    return
+                if batch:
+                    continue
+                prog = await queue.progress(job_id)
+                if prog.finished and pos >= prog.total:
+                    yield _line(job_id, pos, "end", extra={"progress": prog.model_dump(mode="json")})
+                    return
+                if not wait:
+                    return
+                yield _line(job_id, pos, "heartbeat")
+        except UpstreamError as exc:
+            # The headers are sent, so no error answer is possible: end the response, and the
+            # client resumes from its last cursor. An outage of the queue, not a server bug.
+            log.warning("results stream of job %s ended at %s: %s", job_id, make_cursor(job_id, pos), exc)
 
     return StreamingResponse(lines(), media_type=NDJSON, headers={"x-job-id": job_id, "cache-control": "no-store"})

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest
 from rollgate.core.rows import group_id, parse_row
-from rollgate.core.schemas import SamplingOverrides
+from rollgate.core.schemas import JsonInt, SamplingOverrides
 from rollgate.jobs.queue import EvalOptions, JobPurpose, JobSpec, TaskEnvelope
 
 COMPONENT = "gateway"
@@ -29,7 +29,7 @@ class RolloutRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tasks: list[Any] = Field(description="task rows (NeMo Gym format accepted unchanged)")
     env: str | None = Field(None, description="environment of rows that name none")
-    repeats: int = Field(1, ge=1, le=1024, description="samples per task (one group per task)")
+    repeats: JsonInt = Field(1, ge=1, le=1024, description="samples per task (one group per task)")
     sampling: SamplingOverrides = Field(default_factory=SamplingOverrides)
     policy_version: str | None = Field(None, max_length=256, description="recorded on every trajectory")
     purpose: JobPurpose = Field(
@@ -37,7 +37,7 @@ class RolloutRequest(BaseModel):
         description='"train" (a batch for a trainer) or "eval" (measures the policy version: '
         "GET /v1/rollouts/{job}/report answers mean reward and pass@k with 95% intervals when it ends)",
     )
-    k: int | None = Field(
+    k: JsonInt | None = Field(
         None, ge=1, le=1024, description="eval only: samples per task (the same as repeats; give one or both, equal)"
     )
     threshold: float | None = Field(
@@ -46,13 +46,13 @@ class RolloutRequest(BaseModel):
         description="eval only: a sample is correct when reward >= threshold (default 1.0); it must lie in "
         "each environment's reward range (lo, hi]",
     )
-    pass_k: list[int] | None = Field(
+    pass_k: list[JsonInt] | None = Field(
         None,
         min_length=1,
         max_length=32,
         description="eval only: the k values of pass@k (default 1, 2, 4, ... up to k, and k)",
     )
-    retry_errors: int | None = Field(
+    retry_errors: JsonInt | None = Field(
         None,
         ge=0,
         le=MAX_RETRY_ERRORS,
@@ -60,7 +60,13 @@ class RolloutRequest(BaseModel):
         "model_error or timeout; completed, truncated and cancelled episodes are never re-run. "
         "Default: the gateway's gateway.retry_errors",
     )
-    priority: int = Field(
+    agent: str | None = Field(
+        None,
+        max_length=64,
+        description="the agent that runs the episodes: the shipped loop (default, `rollgate`), a black-box "
+        "harness, or a plugin; GET /v1/agents lists them (docs/agents.md)",
+    )
+    priority: JsonInt = Field(
         1,
         ge=1,
         le=MAX_PRIORITY,
@@ -84,17 +90,28 @@ def plan_job(
     model_name: str,
     max_task_bytes: int = 1_000_000,
     retry_errors: int = 0,
+    known_agents: list[str] | None = None,
 ) -> tuple[JobSpec, list[TaskEnvelope]]:
     """Validate every row (the first bad one is a 400 naming its index and field) and expand
-    the job into tasks: rows x repeats, the repeats of a row sharing one group."""
+    the job into tasks: rows x repeats, the repeats of a row sharing one group. `known_agents`:
+    the agents a job may name (None: not checked here)."""
     if not req.tasks:
         raise BadRequest("tasks: at least one task row is required", component=COMPONENT, field="tasks")
+    if req.agent is not None and known_agents is not None and req.agent not in known_agents:
+        raise BadRequest(
+            f"agent: unknown agent {req.agent!r}; known: {', '.join(sorted(known_agents)) or 'none'} "
+            "(GET /v1/agents says why one cannot run)",
+            component=COMPONENT,
+            field="agent",
+        )
     if req.env is not None and req.env not in known_envs:
         raise BadRequest(
             f"env: unknown environment {req.env!r}; this gateway serves: {', '.join(sorted(known_envs)) or 'none'}",
             component=COMPONENT,
             field="env",
         )
+    # a row that names no environment runs in the job's, else in the only one this gateway serves
+    default_env = req.env or (known_envs[0] if len(known_envs) == 1 else None)
     repeats, eval_options = eval_plan(req)
     retries = retry_errors if req.retry_errors is None else req.retry_errors
     job_id = f"job_{uuid.uuid4().hex}"
@@ -109,7 +126,9 @@ def plan_job(
                     component=COMPONENT,
                     field=f"tasks[{i}]",
                 )
-        task = parse_row(raw, env=req.env, known_envs=known_envs, row_index=i, where=f"tasks[{i}]", component=COMPONENT)
+        task = parse_row(
+            raw, env=default_env, known_envs=known_envs, row_index=i, where=f"tasks[{i}]", component=COMPONENT
+        )
         group = group_id(task.task_id, job_id=job_id, row_index=i)
         row = task.dump()
         for s in range(repeats):
@@ -126,6 +145,7 @@ def plan_job(
                     sampling=sampling,
                     policy_version=req.policy_version,
                     retry_errors=retries,
+                    agent=req.agent,
                 )
             )
     if eval_options is not None:
@@ -144,6 +164,7 @@ def plan_job(
         eval=eval_options,
         retry_errors=retries,
         priority=req.priority,
+        agent=req.agent,
     )
     return spec, tasks
 

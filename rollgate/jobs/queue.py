@@ -65,6 +65,7 @@ class TaskEnvelope(BaseModel):
     sampling: dict[str, Any] = Field(default_factory=dict)
     policy_version: str | None = None
     retry_errors: int = 0  # re-runs of an episode that ended env_error, model_error or timeout
+    agent: str | None = None  # the job's agent (rollgate.agent_server.plugins); None: the default loop
 
 
 class JobSpec(BaseModel):
@@ -81,6 +82,7 @@ class JobSpec(BaseModel):
     eval: EvalOptions | None = None
     retry_errors: int = 0
     priority: int = 1  # a job's share of the workers relative to other running jobs
+    agent: str | None = None  # None: the default agent loop
 
 
 class JobProgress(BaseModel):
@@ -103,6 +105,7 @@ class JobProgress(BaseModel):
     retry_errors: int = 0
     priority: int = 1
     error: str | None = None  # why a `failed` job failed
+    agent: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -220,4 +223,5 @@ def progress_from(
         retry_errors=spec.retry_errors,
         priority=spec.priority,
         error=error,
+        agent=spec.agent,
     )

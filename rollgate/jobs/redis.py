@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from rollgate.core.errors import CapacityError, NotFound
-from rollgate.core.redis_client import bounded_client, call
+from rollgate.core.redis_client import ScriptBatch, bounded_client, call
 from rollgate.jobs import redis_scripts as lua
 from rollgate.jobs.queue import (
     DEFAULT_MAX_ATTEMPTS,
@@ -70,9 +70,12 @@ class RedisJobQueue:
         # socket_timeout must outlast the longest XREADGROUP BLOCK we issue (block_s <= 5).
         self._r = client or bounded_client(url, max_connections=max_connections, wait_s=pool_wait_s, socket_timeout=15)
         self._submit = self._r.register_script(lua.SUBMIT)
-        self._complete = self._r.register_script(lua.COMPLETE)
-        self._touch = self._r.register_script(lua.TOUCH)
-        self._claim_script = self._r.register_script(lua.CLAIM)
+        # the per-task scripts of one loop turn (results, heartbeats, claims of many workers'
+        # slots) share one pipeline: core/redis_client.ScriptBatch
+        batch = ScriptBatch(self._r)
+        self._complete = batch.wrap(self._r.register_script(lua.COMPLETE))
+        self._touch = batch.wrap(self._r.register_script(lua.TOUCH))
+        self._claim_script = batch.wrap(self._r.register_script(lua.CLAIM))
         self._specs: dict[str, JobSpec] = {}
         self._last_state: dict[str, str] = {}  # job -> the state this process last read
 

@@ -104,6 +104,7 @@ async def _run_once(agent: EpisodeRunner, task: TaskEnvelope, cancel: asyncio.Ev
         policy_version=task.policy_version,
         sampling=dict(task.sampling),
         cancel=cancel,
+        agent=task.agent,
     )
     # Parsed when the job was submitted (rollgate.jobs.plan): rebuilt here without re-validation.
     parsed = Task.trusted(task.row, task_id=task.task_id, env=task.env, row_index=task.index)

@@ -20,9 +20,11 @@ from rollgate.core.app import FastJSONResponse, hot_route, make_app, parse_json
 from rollgate.core.errors import BadRequest
 from rollgate.core.metrics import Metrics
 from rollgate.model_server import sse
+from rollgate.model_server.api_docs import CAPTURE_DOCS, POST_SUMMARIES, ModelShape, get_docs, post_docs
 from rollgate.model_server.capture import SESSION_HEADER, check_session
 from rollgate.model_server.dialects import chat_completions, messages
 from rollgate.model_server.service import TRUE, ModelService
+from rollgate.model_server.weights import AdminAuth, add_weights_routes
 
 TRAINING_HEADER = "x-rollgate-training"
 _TRAINING_HEADER_RAW = TRAINING_HEADER.encode()
@@ -69,7 +71,10 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
 Dialect = tuple[Callable[..., Awaitable[dict[str, Any]]], Callable[..., Awaitable[AsyncIterator[bytes]]]]
 
 
-def create_model_app(service: ModelService, metrics: Metrics | None = None) -> FastAPI:
+def create_model_app(
+    service: ModelService, metrics: Metrics | None = None, *, weights_auth: AdminAuth | None = None
+) -> FastAPI:
+    """`weights_auth`: who may POST /v1/weights (rollgate.model_server.weights)."""
     app = make_app(
         "Rollgate model server",
         component="model",
@@ -114,30 +119,44 @@ def create_model_app(service: ModelService, metrics: Metrics | None = None) -> F
         return handle
 
     # Hot routes serve a standalone model server; the FastAPI routes (the same handlers) serve
-    # the gateway's embedded mount and document the paths in OpenAPI.
+    # the gateway's embedded mount and document the paths in OpenAPI (api_docs: the schemas of
+    # the models the handlers validate with).
+    shape = ModelShape.of(service)
     for path in POST_PATHS:
         handle = handler(path)
         for prefix in ("", CAPTURE_PREFIX):
             hot_route(app, "POST", prefix + path, handle, with_headers=True)
-            app.add_api_route(prefix + path, _fastapi_post(handle), methods=["POST"], tags=["model"])
+            app.add_api_route(
+                prefix + path,
+                _fastapi_post(handle),
+                methods=["POST"],
+                tags=["model"],
+                summary=POST_SUMMARIES[path],
+                **post_docs(path, shape, capture=bool(prefix)),
+            )
 
-    async def models():
-        return service.models()
+    async def models() -> FastJSONResponse:
+        return FastJSONResponse(service.models())
 
-    async def retrieve(response_id: str):
-        return service.retrieve(response_id)
+    async def retrieve(response_id: str) -> FastJSONResponse:
+        return FastJSONResponse(service.retrieve(response_id))
 
     for prefix in ("", CAPTURE_PREFIX):
-        app.add_api_route(prefix + "/v1/models", models, methods=["GET"], tags=["model"])
-        app.add_api_route(prefix + "/v1/responses/{response_id}", retrieve, methods=["GET"], tags=["model"])
+        for path, route in (("/v1/models", models), ("/v1/responses/{response_id}", retrieve)):
+            app.add_api_route(
+                prefix + path, route, methods=["GET"], tags=["model"], **get_docs(path, capture=bool(prefix))
+            )
 
-    @app.get(CAPTURE_PATH, tags=["model"], summary="The tokens captured for one session")
-    async def captures(session: str):
-        return service.captures.get(session)
+    # The session is read from the path, not declared: a malformed one is check_session's 400.
+    @app.get(CAPTURE_PATH, tags=["model"], summary="The tokens captured for one session", **CAPTURE_DOCS)
+    async def captures(request: Request) -> FastJSONResponse:
+        return FastJSONResponse(service.captures.get(request.path_params["session"]))
 
-    @app.delete(CAPTURE_PATH, tags=["model"], summary="Read and forget one capture session")
-    async def drop_captures(session: str):
-        return service.captures.pop(session)
+    @app.delete(CAPTURE_PATH, tags=["model"], summary="Read and forget one capture session", **CAPTURE_DOCS)
+    async def drop_captures(request: Request) -> FastJSONResponse:
+        return FastJSONResponse(service.captures.pop(request.path_params["session"]))
+
+    add_weights_routes(app, service, weights_auth)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):

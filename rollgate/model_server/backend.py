@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rollgate.model_server.output import Generation
+from rollgate.model_server.structured import JsonFormat
 from rollgate.model_server.wire import InputItem, ResponsesRequest
 
 
@@ -20,6 +21,7 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     ignore_eos: bool = False  # benchmarking: always generate max_tokens (like vLLM's ignore_eos)
+    json_format: JsonFormat | None = None  # structured output, for backends with `structured_output = True`
 
 
 @dataclass

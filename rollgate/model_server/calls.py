@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollgate.core.errors import BadRequest
 from rollgate.model_server.backend import CallContext, SamplingParams
 from rollgate.model_server.chat import Chat
 from rollgate.model_server.output import Generation
-from rollgate.model_server.wire import COMPONENT, ResponsesRequest
+from rollgate.model_server.wire import ResponsesRequest
 
 MAX_N = 16  # choices per call: each is a full generation in the batch
 
@@ -44,13 +44,7 @@ class Call:
         """Choice `index` samples with seed + index, so n choices differ but stay reproducible."""
         if index == 0 or self.params.seed is None:
             return self.params
-        return SamplingParams(
-            max_tokens=self.params.max_tokens,
-            temperature=self.params.temperature,
-            top_p=self.params.top_p,
-            seed=self.params.seed + index,
-            ignore_eos=self.params.ignore_eos,
-        )
+        return dataclasses.replace(self.params, seed=self.params.seed + index)
 
 
 @dataclass
@@ -114,20 +108,6 @@ def forwarded(out: dict[str, Any]) -> Choice:
     """A passthrough backend's Responses object as a Choice (no token data)."""
     finish = "length" if out.get("status") == "incomplete" else "stop"
     return Choice(list(out.get("output") or []), finish)
-
-
-def refuse_text_format(req: ResponsesRequest, backend: str) -> None:
-    """Structured output is not enforced by this server's decoding: say so, never ignore it."""
-    text = (req.model_extra or {}).get("text")
-    fmt = text.get("format") if isinstance(text, dict) else None
-    kind = fmt.get("type") if isinstance(fmt, dict) else fmt
-    if kind not in (None, "text"):
-        raise BadRequest(
-            f"text.format: {kind!r} output is not enforced by the {backend!r} backend (no constrained "
-            'decoding yet); leave text.format out or use {"type": "text"}',
-            component=COMPONENT,
-            field="text.format",
-        )
 
 
 async def merge(streams: list[AsyncIterator[Any]]) -> AsyncIterator[tuple[int, Any]]:

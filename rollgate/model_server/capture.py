@@ -30,7 +30,8 @@ from rollgate.model_server.output import Generation
 log = logging.getLogger("rollgate.model_server.capture")
 
 SESSION_HEADER = "x-rollgate-session"
-_SESSION_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+SESSION_PATTERN = "^[A-Za-z0-9._:-]{1,128}$"
+_SESSION_RE = re.compile(SESSION_PATTERN)
 MATCH_WINDOW = 8  # recent calls a new call may extend (retries and sub-agents branch off older ones)
 
 
@@ -81,6 +82,9 @@ class CapturedChoice:
     finish_reason: str
     weight_version: str | None
     key: tuple  # message_key of the assistant message it became
+    # the assistant message itself (content, tool calls): a black-box harness episode's readable
+    # transcript and final answer come from it (rollgate.agent_server.harness)
+    message: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +92,7 @@ class CapturedChoice:
             "generation_log_probs": self.generation_log_probs.tolist(),
             "finish_reason": self.finish_reason,
             "weight_version": self.weight_version,
+            "message": self.message,
         }
 
 
@@ -144,7 +149,11 @@ class CaptureStore:
         self.ttl_s = ttl_s
         self.tokens = 0
         self.evicted = 0
+        self.late_calls = 0  # calls of a session after its owner popped it: served, not recorded
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        # Sessions popped by their owner (name -> when), so a call still in flight when a harness
+        # was killed cannot bring the session back (bounded like the sessions, kept for ttl_s).
+        self._closed: OrderedDict[str, float] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -202,7 +211,13 @@ class CaptureStore:
         choices: list[tuple[list[dict[str, Any]], Generation]],
         extends: int | None,
     ) -> int | None:
-        """Record one call; its index in the session, or None when the session is full."""
+        """Record one call; its index in the session, or None when the session is full or closed."""
+        closed = self._closed.get(session)
+        if closed is not None:
+            if time.monotonic() - closed <= self.ttl_s:
+                self.late_calls += 1
+                return None
+            del self._closed[session]
         s = self._live(session)
         if s is None:
             s = self._sessions[session] = _Session()
@@ -224,9 +239,10 @@ class CaptureStore:
                     array("d", gen.log_probs or [0.0] * len(gen.token_ids or [])),
                     gen.finish_reason,
                     gen.weight_version,
-                    message_key(assistant_message(items)),
+                    message_key(msg),
+                    msg,
                 )
-                for items, gen in choices
+                for msg, gen in ((assistant_message(items), gen) for items, gen in choices)
             ],
             keys=tuple(message_key(m) for m in messages),
             tools_key=_tools_key(tools),
@@ -249,6 +265,12 @@ class CaptureStore:
         return _session_json(session, s)
 
     def pop(self, session: str) -> dict[str, Any]:
+        """Read and forget a session. Its later calls are served but not recorded (for ttl_s): the
+        owner has taken the record, and a late call must not leave a session behind."""
+        self._closed[check_session(session)] = time.monotonic()
+        self._closed.move_to_end(session)
+        while len(self._closed) > self.max_sessions:
+            self._closed.popitem(last=False)
         out = self.get(session)
         self._drop(session)
         return out

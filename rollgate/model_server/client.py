@@ -45,10 +45,18 @@ class HttpModelClient:
     """The distributed shape: POST {base_url}/v1/responses."""
 
     def __init__(
-        self, base_url: str, *, timeout_s: float = 120.0, api_key: str | None = None, retry: RetryPolicy | None = None
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 120.0,
+        api_key: str | None = None,
+        retry: RetryPolicy | None = None,
+        channel: bool = False,
     ):
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
-        self.http = HttpClient(base_url, component="model", timeout_s=timeout_s, headers=headers, retry=retry)
+        self.http = HttpClient(
+            base_url, component="model", timeout_s=timeout_s, headers=headers, retry=retry, channel=channel
+        )
 
     async def create(self, request: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
         # Generation is idempotent for our purposes (nothing is mutated), so timeouts may retry.

@@ -4,14 +4,21 @@ the continuous-batching engine on its own thread so the event loop stays respons
 A trainer serves its current policy in process with `LocalBackend.from_model(model, tokenizer,
 weight_version=...)`: the weights are shared, not copied. To change them while serving, hold
 `backend.updating_weights(new_version)`: it waits for the current decode step, blocks the next
-one until the update is done, and stamps later outputs with the new version."""
+one until the update is done, and stamps later outputs with the new version.
+
+Structured output (`text.format` json_schema / json_object) is enforced by constrained decoding:
+each generation gets a guide (structured_tokens) that masks the logits of every step.
+
+Prefix KV reuse (`kv_reuse`, on by default): the engine keeps the KV of prompts and finished
+sequences, up to `kv_cache_mb`, so an episode's next call and the other samples of a group prefill
+only their new tokens (kv_cache.py). A weight update drops it all."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from rollgate.core.errors import CapacityError
@@ -19,6 +26,8 @@ from rollgate.core.metrics import Metrics
 from rollgate.model_server.backend import CallContext, SamplingParams
 from rollgate.model_server.engine import Engine, EngineResult
 from rollgate.model_server.output import Generation
+from rollgate.model_server.structured import JsonFormat
+from rollgate.model_server.structured_tokens import Guide, TokenIndex
 from rollgate.model_server.textstream import IncrementalDetokenizer
 
 log = logging.getLogger("rollgate.model_server.local")
@@ -34,6 +43,7 @@ def pick_device(device: str = "auto") -> str:
 
 class LocalBackend:
     name = "local"
+    structured_output = True  # JSON formats are enforced by constrained decoding
 
     def __init__(
         self,
@@ -45,6 +55,8 @@ class LocalBackend:
         batch_window_ms: float = 5.0,
         max_queue: int = 4096,
         metrics: Metrics | None = None,
+        kv_reuse: bool = True,
+        kv_cache_mb: float = 1024.0,
     ):
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -62,8 +74,10 @@ class LocalBackend:
             max_batch_size=max_batch_size,
             batch_window_ms=batch_window_ms,
             observe_batch=observe,
+            kv_cache_bytes=int(kv_cache_mb * 2**20) if kv_reuse else None,
         )
         self.engine.weight_version = weight_version
+        self._token_index: TokenIndex | None = None  # built on the first structured request
 
     @classmethod
     def from_model(cls, model, tokenizer, *, weight_version: str | None = None, **kwargs: Any) -> LocalBackend:
@@ -87,12 +101,41 @@ class LocalBackend:
     @contextlib.contextmanager
     def updating_weights(self, version: str | None) -> Iterator[Any]:
         """Hold while changing the model's weights in place; yields the model."""
-        with self.engine.weights_lock:
+        self.engine.update_waiting.set()
+        try:
+            self.engine.weights_lock.acquire()
+        finally:
+            self.engine.update_waiting.clear()
+        try:
             yield self.model
             self.engine.weight_version = version
+        finally:
+            self.engine.invalidate_kv()  # cached KV came from the old weights (even if the update failed midway)
+            self.engine.weights_lock.release()
+
+    def load_weights(self, tensors: Mapping[str, Any], version: str) -> None:
+        """Copy `tensors` (checked and staged on the model's device by model_server.weights) into
+        the served model between two decode steps; later generations carry `version`."""
+        import torch
+
+        with self.updating_weights(version) as model, torch.no_grad():
+            served = model.state_dict()
+            for name, tensor in tensors.items():
+                served[name].copy_(tensor)
 
     def ready(self) -> bool:
         return True
+
+    def check_format(self, fmt: JsonFormat) -> None:
+        """Compile the format for this tokenizer now: a 400 before any generation starts."""
+        self._guide(fmt)
+
+    def _guide(self, fmt: JsonFormat | None) -> Guide | None:
+        if fmt is None:
+            return None
+        if self._token_index is None:
+            self._token_index = TokenIndex(self.tokenizer, self.engine.eos_ids)
+        return self._token_index.guide(fmt)
 
     def check_capacity(self) -> None:
         if self.engine.pending() >= self.max_queue:
@@ -105,13 +148,14 @@ class LocalBackend:
     async def generate(self, prompt_ids: list[int] | None, params: SamplingParams, ctx: CallContext) -> Generation:
         assert prompt_ids is not None, "the local backend needs prompt token ids"
         self.check_capacity()
-        fut = self.engine.submit(prompt_ids, params)
+        version = self.weight_version  # at submission: the oldest weights this turn can come from
+        fut = self.engine.submit(prompt_ids, params, self._guide(params.json_format))
         try:
             res = await asyncio.shield(fut)
         except asyncio.CancelledError:
             fut.cancel()  # the engine drops the row at its next step
             raise
-        return self._generation(prompt_ids, res)
+        return self._generation(prompt_ids, res, version)
 
     async def generate_stream(
         self, prompt_ids: list[int] | None, params: SamplingParams, ctx: CallContext
@@ -120,13 +164,14 @@ class LocalBackend:
         (the client went away) drops the request from the batch."""
         assert prompt_ids is not None, "the local backend needs prompt token ids"
         self.check_capacity()
-        fut, tokens = self.engine.submit_streaming(prompt_ids, params)
+        version = self.weight_version
+        fut, tokens = self.engine.submit_streaming(prompt_ids, params, self._guide(params.json_format))
         detok = IncrementalDetokenizer(self.tokenizer)
         try:
             while True:
                 item = await tokens.get()
                 if isinstance(item, EngineResult):
-                    yield self._generation(prompt_ids, item)
+                    yield self._generation(prompt_ids, item, version)
                     return
                 if isinstance(item, BaseException):
                     raise item
@@ -138,7 +183,9 @@ class LocalBackend:
         finally:
             fut.cancel()  # a no-op once finished
 
-    def _generation(self, prompt_ids: list[int], res: EngineResult) -> Generation:
+    def _generation(self, prompt_ids: list[int], res: EngineResult, version: str | None) -> Generation:
+        # Stamped with the version at submission: a turn that straddles a weight update counts as
+        # the older policy (staleness is then overestimated, never underestimated).
         text_ids = res.token_ids[:-1] if res.finish_reason == "stop" else res.token_ids
         text = self.tokenizer.decode(text_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         return Generation(
@@ -147,7 +194,7 @@ class LocalBackend:
             prompt_ids=list(prompt_ids),
             token_ids=res.token_ids,
             log_probs=res.log_probs,
-            weight_version=res.weight_version,
+            weight_version=version,
         )
 
     async def aclose(self) -> None:

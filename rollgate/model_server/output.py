@@ -69,16 +69,24 @@ def parse_text(text: str) -> list[dict[str, Any]]:
 
     rest = TOOL_CALL.sub(take, rest).strip()
     if rest or not calls:
-        message = {
-            "type": "message",
-            "id": new_id("msg"),
-            "role": "assistant",
-            "status": "completed",
-            "content": [{"type": "output_text", "text": rest, "annotations": [], "logprobs": []}],
-        }
-        items.insert(0 if message_first else len(items), message)
+        items.insert(0 if message_first else len(items), _message(rest))
     items.extend(calls)
     return items
+
+
+def message_only(text: str) -> list[dict[str, Any]]:
+    """Structured output: the whole text is the message (a JSON string may hold tag-like text)."""
+    return [_message(text.strip())]
+
+
+def _message(text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": new_id("msg"),
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+    }
 
 
 def _parse_call(body: str) -> dict[str, Any] | None:
@@ -104,6 +112,13 @@ def _parse_call(body: str) -> dict[str, Any] | None:
         "arguments": args,
         "status": "completed",
     }
+
+
+def _text_format(request: ResponsesRequest) -> dict[str, Any]:
+    """The request's `text.format`, echoed as OpenAI does (plain text when none was asked for)."""
+    text = (request.model_extra or {}).get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    return fmt if isinstance(fmt, dict) else {"type": "text"}
 
 
 def attach_tokens(items: list[dict[str, Any]], gen: Generation) -> None:
@@ -149,7 +164,7 @@ def build_response(
         "temperature": temperature,
         "top_p": top_p,
         "max_output_tokens": max_output_tokens,
-        "text": {"format": {"type": "text"}},
+        "text": {"format": _text_format(request)},
         "truncation": "disabled",
         "usage": {
             "input_tokens": input_tokens,

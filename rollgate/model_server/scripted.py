@@ -5,11 +5,14 @@ configured, real token ids (log-probs 0.0: the policy is deterministic).
 
 metadata `rollgate_script` (a JSON list of turns, each {"call": {"name", "arguments"}} or
 {"text": "..."}) plays turn i, where i is the number of function_call_output items in the input.
+A turn may add "delay_s" (0 to 60): the backend waits that long before answering (an asyncio sleep,
+no CPU), so fault and soak runs can hold episodes mid-flight as a real model's latency would.
 Without a script: the first turn calls the first tool with arguments built from its JSON schema,
 the next answers "done"."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,6 +23,7 @@ from rollgate.model_server.output import Generation
 from rollgate.model_server.wire import COMPONENT, FunctionCallOutputItem
 
 SCRIPT_KEY = "rollgate_script"
+MAX_DELAY_S = 60.0
 
 
 def example_value(schema: dict[str, Any]) -> Any:
@@ -83,6 +87,10 @@ def _script(ctx: CallContext) -> list[dict[str, Any]]:
             for t in script
         ):
             raise ValueError('each turn must be {"call": {"name": ..., "arguments": {...}}} or {"text": ...}')
+        for t in script:
+            delay = t.get("delay_s", 0)
+            if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay <= MAX_DELAY_S:
+                raise ValueError(f"delay_s must be a number of seconds from 0 to {MAX_DELAY_S:g}, got {delay!r}")
     except ValueError as exc:
         raise BadRequest(
             f"metadata.{SCRIPT_KEY}: not a valid script: {exc}", component=COMPONENT, field=f"metadata.{SCRIPT_KEY}"
@@ -114,10 +122,18 @@ class ScriptedBackend:
     def ready(self) -> bool:
         return True
 
+    def set_weight_version(self, version: str) -> None:
+        """A weight update with no weights (POST /v1/weights {"version": ...}): later turns carry
+        `version`, so cluster tests can follow an update through every replica."""
+        self.weight_version = version
+
     async def generate(self, prompt_ids: list[int] | None, params: SamplingParams, ctx: CallContext) -> Generation:
         script = _script(ctx)
         i = sum(isinstance(item, FunctionCallOutputItem) for item in ctx.items)
-        text = _turn_text(script[min(i, len(script) - 1)])
+        turn = script[min(i, len(script) - 1)]
+        if turn.get("delay_s"):
+            await asyncio.sleep(float(turn["delay_s"]))
+        text = _turn_text(turn)
         if self.tokenizer is None:
             return Generation(text=text, finish_reason="stop", weight_version=self.weight_version)
         ids = self.tokenizer.encode(text, add_special_tokens=False)

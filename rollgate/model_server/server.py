@@ -36,6 +36,8 @@ def build_backend(settings: Settings, metrics: Metrics | None = None):
             batch_window_ms=m.batch_window_ms,
             max_queue=m.max_queue,
             metrics=metrics,
+            kv_reuse=m.kv_reuse,
+            kv_cache_mb=m.kv_cache_mb,
         )
     if m.backend == "scripted":
         from rollgate.model_server.scripted import ScriptedBackend
@@ -94,6 +96,9 @@ def build_service(settings: Settings, metrics: Metrics | None = None) -> ModelSe
 
 def build_app(settings: Settings) -> FastAPI:
     from rollgate.model_server.app import create_model_app
+    from rollgate.model_server.weights import AdminAuth
 
     metrics = Metrics()
-    return create_model_app(build_service(settings, metrics), metrics)
+    # Model calls stay open here (the gateway is the front door); weight updates need the token.
+    auth = AdminAuth(settings.api_key, enabled=settings.gateway.auth)
+    return create_model_app(build_service(settings, metrics), metrics, weights_auth=auth)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -17,11 +18,12 @@ from rollgate.core.errors import BadRequest, ContextExhausted, NotFound, Rollgat
 from rollgate.core.metrics import Metrics
 from rollgate.model_server import sse
 from rollgate.model_server.backend import Backend, CallContext, PassthroughBackend, SamplingParams
-from rollgate.model_server.calls import Call, Choice, apply_stop, forwarded, merge, refuse_text_format
+from rollgate.model_server.calls import Call, Choice, apply_stop, forwarded, merge
 from rollgate.model_server.capture import CaptureStore
 from rollgate.model_server.chat import PromptBuilder, build_chat
-from rollgate.model_server.output import Generation, attach_tokens, build_response, parse_text
+from rollgate.model_server.output import Generation, attach_tokens, build_response, message_only, parse_text
 from rollgate.model_server.response_store import ResponseStore
+from rollgate.model_server.structured import JsonFormat, check_enforceable, responses_format
 from rollgate.model_server.wire import COMPONENT, ResponsesRequest, parse_items, parse_request
 
 log = logging.getLogger("rollgate.model_server.service")
@@ -31,6 +33,8 @@ SESSION_KEY = "rollgate_session"
 IGNORE_EOS_KEY = "rollgate_ignore_eos"  # benchmarking: generate exactly max_output_tokens
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"", "0", "false", "no", "off"}
+SEED_PATTERN = "^[+-]?[0-9]+$"  # metadata.rollgate_seed (published in OpenAPI: rollgate.model_server.api_docs)
+_SEED_RE = re.compile(SEED_PATTERN)
 
 
 class ModelService:
@@ -134,14 +138,21 @@ class ModelService:
         api: str = "responses",
         n: int = 1,
         stop: tuple[str, ...] = (),
+        output_format: JsonFormat | None = None,
     ) -> Call:
-        """A Call from a Responses-shaped body (a dialect's request, converted)."""
+        """A Call from a Responses-shaped body (a dialect's request, converted). `output_format`:
+        a dialect's structured output (a Responses body names it in `text.format`)."""
         req = self._validate(body)
-        if not self.forwards:
-            refuse_text_format(req, self.backend.name)
+        fmt = output_format or responses_format((req.model_extra or {}).get("text"))
+        if fmt is not None and not self.forwards:  # enforced by the backend or refused, never ignored
+            ignore_eos = _flag(req.metadata or {}, IGNORE_EOS_KEY, strict=True)
+            tools = bool(req.tools) and req.tool_choice != "none"
+            check_enforceable(
+                fmt, self.backend, tools=tools, ignore_eos=f"metadata.{IGNORE_EOS_KEY}" if ignore_eos else None
+            )
         if isinstance(body, dict) and body.get("previous_response_id") is not None:
             req = self._continue(req, body)
-        call = self._prepare(req, body, training, session)
+        call = self._prepare(req, body, training, session, fmt)
         call.api, call.n, call.stop = api, n, stop
         return call
 
@@ -213,19 +224,26 @@ class ModelService:
         new = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else list(req.input)
         return req.model_copy(update={"input": [*prev.input, *prev.response["output"], *new]})
 
-    def _prepare(self, req: ResponsesRequest, body: dict[str, Any], training: bool | None, session: str | None) -> Call:
+    def _prepare(
+        self,
+        req: ResponsesRequest,
+        body: dict[str, Any],
+        training: bool | None,
+        session: str | None,
+        fmt: JsonFormat | None = None,
+    ) -> Call:
         items = parse_items(req.input)
         raw_items = req.input if isinstance(req.input, list) else None
         meta = req.metadata or {}
         training = bool(training or self.training_mode or _flag(meta, TRAINING_KEY))
         seed = req.seed
-        if seed is None and "rollgate_seed" in meta:
-            try:
-                seed = int(meta["rollgate_seed"])
-            except ValueError:
+        if "rollgate_seed" in meta:
+            if not _SEED_RE.fullmatch(meta["rollgate_seed"]):
                 raise BadRequest(
                     "metadata.rollgate_seed: must be an integer", component=COMPONENT, field="metadata.rollgate_seed"
-                ) from None
+                )
+            if seed is None:
+                seed = int(meta["rollgate_seed"])
         max_tokens = req.max_output_tokens or self.default_max_output_tokens
         prompt_ids: list[int] | None = None
         chat = None
@@ -254,6 +272,7 @@ class ModelService:
             top_p=1.0 if req.top_p is None else req.top_p,
             seed=seed,
             ignore_eos=_flag(meta, IGNORE_EOS_KEY, strict=True),
+            json_format=fmt if not self.forwards else None,
         )
         ctx = CallContext(req, items, session or meta.get(SESSION_KEY) or _session_key(raw_items, req.input))
         return Call(req, body, prompt_ids, params, ctx, training, chat=chat, session=session, extends=extends)
@@ -266,7 +285,8 @@ class ModelService:
             stop_seq = None
             if call.stop:
                 gen, stop_seq = apply_stop(gen, call.stop, self.prompts.tokenizer if self.prompts else None)
-            choices.append(Choice(parse_text(gen.text), gen.finish_reason, gen, stop_seq))
+            items = message_only(gen.text) if call.params.json_format is not None else parse_text(gen.text)
+            choices.append(Choice(items, gen.finish_reason, gen, stop_seq))
         self.metrics.model_tokens.labels("in").inc(len(gens[0].prompt_ids or call.prompt_ids or []) * len(gens))
         self.metrics.model_tokens.labels("out").inc(sum(len(g.token_ids or []) for g in gens))
         prompt = gens[0].prompt_ids or call.prompt_ids

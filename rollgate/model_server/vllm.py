@@ -7,7 +7,11 @@ Replicas are chosen by a hash of the session key; a replica that cannot be reach
 5xx is marked down and the next one is tried, within the configured timeout overall.
 
 vLLM reports log-probs of the unscaled model distribution unless the server runs with
-`--logprobs-mode processed_logprobs`; start it that way to get temperature-scaled log-probs."""
+`--logprobs-mode processed_logprobs`; start it that way to get temperature-scaled log-probs.
+
+Structured output (`text.format` and its equivalents) is handed to vLLM's structured outputs in
+the request (`structured_outputs: {"json": schema}` or `{"json_object": true}`, vLLM >= 0.12), so
+vLLM's grammar backend enforces it; the schema keywords it supports are vLLM's."""
 
 from __future__ import annotations
 
@@ -15,16 +19,18 @@ import logging
 import time
 from typing import Any
 
-from rollgate.core.errors import ProtocolError, UpstreamError, UpstreamTimeout
+from rollgate.core.errors import ProtocolError, RollgateError, UpstreamError, UpstreamTimeout
 from rollgate.model_server.backend import CallContext, SamplingParams
 from rollgate.model_server.output import Generation
 from rollgate.model_server.router import ReplicaRouter
+from rollgate.model_server.weights import NotSupported
 
 log = logging.getLogger("rollgate.model_server.vllm")
 
 
 class VllmBackend:
     name = "vllm"
+    structured_output = True  # vLLM enforces JSON formats itself
 
     def __init__(
         self,
@@ -66,6 +72,8 @@ class VllmBackend:
             body["seed"] = params.seed
         if params.ignore_eos:
             body["ignore_eos"] = True  # vLLM's own sampling extension
+        if params.json_format is not None:
+            body["structured_outputs"] = params.json_format.vllm()
         return body
 
     async def generate(self, prompt_ids: list[int] | None, params: SamplingParams, ctx: CallContext) -> Generation:
@@ -123,6 +131,34 @@ class VllmBackend:
             log_probs=log_probs,
             weight_version=self.weight_version,
         )
+
+    async def reload_weights(self, path: str, version: str) -> None:
+        """POST /v1/weights with a path: each upstream loads the checkpoint itself through vLLM's
+        hot reload (`POST /reload_weights {"weights_path": ...}`, served in vLLM's development mode,
+        VLLM_SERVER_DEV_MODE=1). The version changes only when every upstream has reloaded."""
+        failed: list[str] = []
+        for url in self.router.urls:
+            try:
+                await self.router.clients[url].request(
+                    "POST", "/reload_weights", {"weights_path": path}, timeout_s=max(self.timeout_s, 600.0)
+                )
+            except RollgateError as exc:
+                status = getattr(exc, "upstream_status", None) or exc.status
+                if status in (404, 405):
+                    raise NotSupported(
+                        f"the vLLM server at {url} has no POST /reload_weights: start it with "
+                        "VLLM_SERVER_DEV_MODE=1 on a vLLM with hot weight reload",
+                        component="model",
+                        field="backend",
+                    ) from None
+                failed.append(f"{url}: {exc.message}")
+        if failed:
+            raise UpstreamError(
+                f"{len(failed)} of {len(self.router.urls)} vLLM servers did not reload {path!r} (the version stays "
+                f"{self.weight_version!r}; those that did serve the new weights): " + "; ".join(failed),
+                component="model",
+            )
+        self.weight_version = version
 
     async def aclose(self) -> None:
         await self.router.aclose()

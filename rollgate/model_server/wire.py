@@ -9,13 +9,26 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rollgate.core.errors import BadRequest
+from rollgate.core.schemas import MAX_JSON_INT, JsonInt
 
 COMPONENT = "model"
+# Requests are validated strictly: a JSON `true` is not the integer 1, nor "3" a number, exactly
+# as the published JSON schemas say (pydantic's lax mode would take both).
+STRICT = True
+
+
+TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids")
+
+
+def _document_token_fields(schema: dict[str, Any]) -> None:
+    # checked by _check_token_fields, not by the model: published for OpenAPI all the same
+    ids = {"anyOf": [{"type": "array", "items": {"type": "integer", "minimum": 0}}, {"type": "null"}]}
+    schema.setdefault("properties", {}).update({name: ids for name in TOKEN_FIELDS})
 
 
 class _Item(BaseModel):
     # Output items echoed back carry extra fields (ids, status, token data): keep them.
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra=_document_token_fields)
 
 
 class ContentPart(BaseModel):
@@ -99,11 +112,11 @@ class ResponsesRequest(BaseModel):
     parallel_tool_calls: bool = True
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    max_output_tokens: int | None = Field(default=None, gt=0)
+    max_output_tokens: JsonInt | None = Field(default=None, gt=0)
     metadata: dict[str, str] | None = None
     stream: bool = False
     # extension (not in OpenAI's API): a sampling seed for reproducible rollouts
-    seed: int | None = None
+    seed: JsonInt | None = None
 
     @field_validator("input")
     @classmethod
@@ -131,7 +144,7 @@ def parse_request(body: Any) -> ResponsesRequest:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object", component=COMPONENT, field="body")
     try:
-        return ResponsesRequest.model_validate(body)
+        return ResponsesRequest.model_validate(body, strict=STRICT)
     except ValidationError as exc:
         field, msg = _field_of(exc, "")
         field = field.lstrip(".") or "body"
@@ -147,7 +160,7 @@ def parse_items(raw: str | list[Any]) -> list[InputItem]:
         where = f"input[{i}]"
         if not isinstance(item, dict):
             raise BadRequest(f"{where}: an item must be an object", component=COMPONENT, field=where)
-        kind = item.get("type") or ("message" if "role" in item else None)
+        kind = item.get("type", "message" if "role" in item else None)
         model = ITEM_TYPES.get(kind) if isinstance(kind, str) else None
         if model is None:
             raise BadRequest(
@@ -156,7 +169,7 @@ def parse_items(raw: str | list[Any]) -> list[InputItem]:
                 field=f"{where}.type",
             )
         try:
-            parsed = model.model_validate({**item, "type": kind})
+            parsed = model.model_validate({**item, "type": kind}, strict=STRICT)
         except ValidationError as exc:
             field, msg = _field_of(exc, where)
             raise BadRequest(f"{field}: {msg}", component=COMPONENT, field=field) from None
@@ -165,12 +178,20 @@ def parse_items(raw: str | list[Any]) -> list[InputItem]:
     return items
 
 
+def _integral(t: Any) -> bool:
+    return type(t) is float and t.is_integer() and 0 <= t <= MAX_JSON_INT
+
+
 def _check_token_fields(item: dict[str, Any], where: str) -> None:
-    for name in ("prompt_token_ids", "generation_token_ids"):
+    for name in TOKEN_FIELDS:
         ids = item.get(name)
         if ids is None:
             continue
-        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+        if isinstance(ids, list) and all(type(t) is int and 0 <= t <= MAX_JSON_INT for t in ids):
+            continue
+        if isinstance(ids, list) and all((type(t) is int and 0 <= t <= MAX_JSON_INT) or _integral(t) for t in ids):
+            item[name] = [int(t) for t in ids]  # 3.0 is an integer in JSON
+        else:
             raise BadRequest(
                 f"{where}.{name}: must be a list of non-negative integer token ids",
                 component=COMPONENT,

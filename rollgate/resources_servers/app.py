@@ -11,16 +11,18 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Path, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from rollgate.core.app import FastJSONResponse, hot_route, make_app, parse_json, read_json
 from rollgate.core.errors import BadRequest
 from rollgate.core.items import response_text
-from rollgate.core.schemas import SeedResponse, ToolOutput, VerifyRequest, VerifyResult
+from rollgate.core.schemas import VerifyRequest
+from rollgate.resources_servers import api_docs
 from rollgate.resources_servers.base import EnvRuntime
 from rollgate.resources_servers.interop.mcp_server import MCP_METHODS, MCP_PATH, MCPSessionEndpoint
+from rollgate.resources_servers.interop.openenv_serve import OPENENV_PATH, OpenEnvFace
 
 SESSION_COOKIE = "rollgate_session"
 
@@ -69,11 +71,6 @@ class NativeHandlers:
         hot_route(app, "DELETE", "/sessions/{session_id}", self.delete)
 
 
-_VERIFY_BODY = {
-    "requestBody": {"required": True, "content": {"application/json": {"schema": VerifyRequest.model_json_schema()}}}
-}
-
-
 def env_router(runtime: EnvRuntime, r: APIRouter | None = None) -> APIRouter:
     """The native routes of one environment (mounted at / alone, or at /envs/{name} in a gateway).
 
@@ -83,29 +80,41 @@ def env_router(runtime: EnvRuntime, r: APIRouter | None = None) -> APIRouter:
     h = NativeHandlers(runtime)
     tags: list[str | Enum] = [runtime.name]
 
-    @r.get("/tools", summary="Tool schemas (OpenAI function format)", tags=tags)
+    # The bodies are read by hand (NativeHandlers, shared with the hot routes): api_docs
+    # publishes the schemas of the models they validate with.
+    tool_name_doc = Path(description="one of GET /tools", json_schema_extra={"enum": list(runtime.specs)})
+
+    @r.get("/tools", summary="Tool schemas (OpenAI function format)", tags=tags, **api_docs.TOOLS_DOCS)
     async def tools() -> list[dict[str, Any]]:
         return runtime.tools()
 
-    @r.post("/sessions", response_model=SeedResponse, summary="Seed a session from a task row", tags=tags)
+    @r.post("/sessions", summary="Seed a session from a task row", tags=tags, **api_docs.seed_docs(runtime))
     async def create_session(request: Request) -> Response:
         return await h.seed({}, await request.body())
 
-    @r.post("/sessions/{session_id}/tools/{tool_name}", response_model=ToolOutput, tags=tags)
-    async def call_tool(session_id: str, tool_name: str, request: Request) -> Response:
+    @r.post(
+        "/sessions/{session_id}/tools/{tool_name}",
+        summary="Call a tool in a session",
+        tags=tags,
+        **api_docs.tool_call_docs(runtime),
+    )
+    async def call_tool(session_id: str, request: Request, tool_name: str = tool_name_doc) -> Response:
         return await h.call_tool({"session_id": session_id, "tool_name": tool_name}, await request.body())
 
-    @r.post("/sessions/{session_id}/verify", response_model=VerifyResult, tags=tags, openapi_extra=_VERIFY_BODY)
+    @r.post("/sessions/{session_id}/verify", summary="Verify a session's answer", tags=tags, **api_docs.VERIFY_DOCS)
     async def verify(session_id: str, request: Request) -> Response:
         return await h.verify({"session_id": session_id}, await request.body())
 
-    @r.delete("/sessions/{session_id}", status_code=204, tags=tags)
+    @r.delete("/sessions/{session_id}", status_code=204, summary="Close a session", tags=tags, **api_docs.DELETE_DOCS)
     async def delete(session_id: str) -> Response:
         return await h.delete({"session_id": session_id}, b"")
 
     # MCP over streamable HTTP (interop/mcp_server.py): a plain ASGI route added last, so the
     # native routes match before it; the `mcp` package loads on its first request only.
-    r.add_route(MCP_PATH, MCPSessionEndpoint(runtime), methods=MCP_METHODS, include_in_schema=False)
+    # Plain routes and mounts do not get an APIRouter's prefix by themselves: add it here.
+    r.add_route(r.prefix + MCP_PATH, MCPSessionEndpoint(runtime), methods=MCP_METHODS, include_in_schema=False)
+    # OpenEnv's wire protocol (interop/openenv_serve.py) under /openenv, built on its first request.
+    r.mount(r.prefix + OPENENV_PATH, OpenEnvFace(runtime))
     return r
 
 
@@ -125,7 +134,7 @@ def nemo_gym_router(runtime: EnvRuntime, r: APIRouter | None = None) -> APIRoute
     comp = runtime.component
     tags: list[str | Enum] = ["nemo-gym compatibility"]
 
-    @r.post("/seed_session", tags=tags)
+    @r.post("/seed_session", tags=tags, summary="Seed a session (NeMo Gym)", **api_docs.compat_seed_docs(runtime))
     async def seed_session(request: Request, response: Response) -> dict[str, Any]:
         body = await read_json(request, component=comp) if await request.body() else {}
         if not isinstance(body, dict):
@@ -135,7 +144,7 @@ def nemo_gym_router(runtime: EnvRuntime, r: APIRouter | None = None) -> APIRoute
         response.set_cookie(SESSION_COOKIE, seeded.session_id, httponly=True, samesite="strict")
         return seeded.model_dump()
 
-    @r.post("/verify", tags=tags)
+    @r.post("/verify", tags=tags, summary="Verify (NeMo Gym)", **api_docs.compat_verify_docs(runtime))
     async def verify(request: Request) -> dict[str, Any]:
         body = await read_json(request, component=comp)
         if not isinstance(body, dict):
@@ -166,7 +175,14 @@ def nemo_gym_router(runtime: EnvRuntime, r: APIRouter | None = None) -> APIRoute
             call.__name__ = f"compat_{tool_name}"
             return call
 
-        r.add_api_route(f"/{name}", make(name), methods=["POST"], summary=f"NeMo Gym tool route {name}", tags=tags)
+        r.add_api_route(
+            f"/{name}",
+            make(name),
+            methods=["POST"],
+            summary=f"NeMo Gym tool route {name}",
+            tags=tags,
+            **api_docs.compat_tool_docs(runtime),
+        )
     return r
 
 

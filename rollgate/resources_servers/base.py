@@ -117,6 +117,10 @@ class Environment:
     #           depends on live state that cannot be rebuilt, so re-verification is refused.
     reverify: ClassVar[Literal["answer", "replay", "never"]] = "never"
     State: ClassVar[type[BaseModel]]
+    # The environment fields of a task row that `seed` reads, as a model: the runtime validates
+    # them with it before `seed` (a bad one is a 400 naming the field) and the OpenAPI document
+    # of the seed routes publishes its schema. None: `seed` checks the row itself.
+    Row: ClassVar[type[BaseModel] | None] = None
     _tool_specs: ClassVar[dict[str, ToolSpec]]
 
     def __init_subclass__(cls, **kwargs):
@@ -171,6 +175,29 @@ def final_response_text(request: VerifyRequest) -> str:
     return last_assistant_text(request.transcript or [])
 
 
+# pydantic names union members in error locations ("str", "int"): not field names
+_TYPE_TAGS = {"str", "int", "float", "bool", "function-before[_integral(), int]"}
+
+
+def _tool_arguments(spec: ToolSpec, arguments: Any) -> BaseModel | ToolOutput:
+    """The validated arguments of a call, or the error output the model reads."""
+    if isinstance(arguments, str):
+        try:
+            arguments = jsonutil.loads(arguments) if arguments.strip() else {}
+        except jsonutil.JSONDecodeError as exc:
+            return ToolOutput(output=f"error: arguments are not valid JSON ({exc})", is_error=True)
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return ToolOutput(output="error: arguments must be a JSON object", is_error=True)
+    try:
+        return spec.params.model_validate(arguments)
+    except ValidationError as exc:
+        return ToolOutput(
+            output=f"error: invalid arguments for {spec.name}: {format_validation_error(exc)}", is_error=True
+        )
+
+
 class EnvRuntime:
     """Runs one environment over a session store: the logic behind every route (and the
     in-process client of the embedded shape). Stored per session: the seed and the state."""
@@ -206,9 +233,13 @@ class EnvRuntime:
                 component=self.component,
                 field="env",
             )
+        if self.env.Row is not None:
+            self._check_row(task)
         seed = task.seed if task.seed is not None else random.getrandbits(32)
         try:
             out = self.env.seed(task, random.Random(seed))
+            if inspect.isawaitable(out):  # seeding that reaches an external server (interop/)
+                out = await out
         except (ValueError, KeyError, TypeError, ValidationError) as exc:
             raise BadRequest(
                 f"cannot seed {self.name} from this row: {exc}", component=self.component, field="row"
@@ -216,6 +247,16 @@ class EnvRuntime:
         state, observation = out if isinstance(out, tuple) else (out, None)
         sid = await self.store.create({"seed": seed, "state": state.model_dump(mode="json")})
         return SeedResponse(session_id=sid, observation=observation)
+
+    def _check_row(self, task: TaskRow) -> None:
+        try:
+            self.env.Row.model_validate(task.env_fields, strict=True)  # type: ignore[union-attr]
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err.get("loc", ()) if p not in _TYPE_TAGS) or "row"
+            raise BadRequest(
+                f"{field}: {err.get('msg')} (a {self.name} row)", component=self.component, field=field
+            ) from None
 
     async def call_tool(self, session_id: str, name: str, arguments: dict[str, Any] | str | None) -> ToolOutput:
         out = await self._call_tool(session_id, name, arguments)
@@ -228,21 +269,10 @@ class EnvRuntime:
             raise NotFound(
                 f"unknown tool {name!r}; tools: {', '.join(self.specs)}", component=self.component, field="tool"
             )
-        if isinstance(arguments, str):
-            try:
-                arguments = jsonutil.loads(arguments) if arguments.strip() else {}
-            except jsonutil.JSONDecodeError as exc:
-                return ToolOutput(output=f"error: arguments are not valid JSON ({exc})", is_error=True)
-        if arguments is None:
-            arguments = {}
-        if not isinstance(arguments, dict):
-            return ToolOutput(output="error: arguments must be a JSON object", is_error=True)
-        try:
-            args = spec.params.model_validate(arguments)
-        except ValidationError as exc:
-            return ToolOutput(
-                output=f"error: invalid arguments for {name}: {format_validation_error(exc)}", is_error=True
-            )
+        args = _tool_arguments(spec, arguments)
+        if isinstance(args, ToolOutput):
+            await self.store.get(session_id)  # an unknown session is a 404 whatever the arguments
+            return args
         kwargs = {k: getattr(args, k) for k in type(args).model_fields}
         method = getattr(self.env, spec.method_name)
         state_cls = self.env.State
@@ -289,8 +319,15 @@ class EnvRuntime:
                 raise BadRequest(
                     f"malformed verify request: {format_validation_error(exc)}", component=self.component, field="body"
                 ) from None
-        record = await self.store.get(session_id)
-        return await self._verify_record(record, request)
+        if request.close and getattr(self.env, "close_session", None) is None:
+            # nothing to release but the stored record: read and delete it in one store call
+            result = await self._verify_record(await self.store.take(session_id), request)
+            return result.model_copy(update={"closed": True})
+        result = await self._verify_record(await self.store.get(session_id), request)
+        if request.close:
+            await self.close(session_id)
+            result = result.model_copy(update={"closed": True})
+        return result
 
     async def _verify_record(self, record: dict[str, Any], request: VerifyRequest) -> VerifyResult:
         state = self.env.State.model_validate(record["state"])

@@ -57,9 +57,12 @@ class HttpEnvClient:
         timeout_s: float = 30.0,
         headers: dict | None = None,
         retry: RetryPolicy | None = None,
+        channel: bool = False,
     ):
         self.name = name
-        self.http = HttpClient(base_url, component=f"env:{name}", timeout_s=timeout_s, headers=headers, retry=retry)
+        self.http = HttpClient(
+            base_url, component=f"env:{name}", timeout_s=timeout_s, headers=headers, retry=retry, channel=channel
+        )
         self._tools: list[dict[str, Any]] | None = None
 
     async def tools(self) -> list[dict[str, Any]]:

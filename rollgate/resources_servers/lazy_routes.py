@@ -9,12 +9,15 @@ most runs never call. The agent of the same process calls its runtimes directly,
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from fastapi import APIRouter
+from fastapi.openapi.utils import get_openapi
 from starlette._utils import get_route_path
 from starlette.types import Receive, Scope, Send
 
 from rollgate.core.errors import NotFound
+from rollgate.core.openapi import documented_mounts
 from rollgate.resources_servers.app import env_router, nemo_gym_router
 from rollgate.resources_servers.base import EnvRuntime
 
@@ -46,6 +49,22 @@ class LazyEnvRoutes:
             nemo_gym_router(self.runtimes[name], router)
             self._routers[name] = router
         return router
+
+    def openapi_paths(self, prefix: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Every environment's routes under `prefix/<name>` (rollgate.core.openapi.OpenAPIPaths):
+        building the document builds each router, once, as its first request would."""
+        paths: dict[str, Any] = {}
+        schemas: dict[str, Any] = {}
+        for name in sorted(self.runtimes):
+            routes = self.router(name).routes
+            doc = get_openapi(title=name, version="1", routes=routes)
+            paths.update({f"{prefix}/{name}{path}": item for path, item in doc.get("paths", {}).items()})
+            schemas.update(doc.get("components", {}).get("schemas", {}))
+            for path, inner in documented_mounts(routes):  # e.g. an interop face that documents itself
+                more, more_schemas = inner.openapi_paths(f"{prefix}/{name}{path}")
+                paths.update(more)
+                schemas.update(more_schemas)
+        return paths, schemas
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         name = self._name(get_route_path(scope))

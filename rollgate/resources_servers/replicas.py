@@ -31,12 +31,14 @@ class ReplicatedEnvClient:
         timeout_s: float = 30.0,
         api_key: str | None = None,
         retry: RetryPolicy | None = None,
+        channel: bool = False,
     ):
         self.name = name
         self.replicas = ReplicaSet(urls, what=f"env {name}")
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
         self._clients = {
-            u: HttpEnvClient(name, u, timeout_s=timeout_s, headers=headers, retry=retry) for u in self.replicas.urls
+            u: HttpEnvClient(name, u, timeout_s=timeout_s, headers=headers, retry=retry, channel=channel)
+            for u in self.replicas.urls
         }
 
     async def _each(self, call: Callable[[HttpEnvClient], Awaitable[T]]) -> T:

@@ -13,7 +13,7 @@ import shutil
 import stat
 from pathlib import PurePosixPath
 
-from rollgate.core.errors import BadRequest
+from rollgate.core.errors import BadRequest, NotFound
 from rollgate.sandbox.isolation import INNER_WORKDIR
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -91,7 +91,7 @@ def read_beneath(root: str, path: str, *, max_bytes: int) -> bytes:
         finally:
             os.close(dfd)
     except FileNotFoundError:
-        raise BadRequest(f"no file {path!r} in the sandbox", component="sandbox", field="path") from None
+        raise NotFound(f"no file {path!r} in the sandbox", component="sandbox", field="path") from None
     except OSError as exc:
         raise BadRequest(f"cannot read {path!r}: {exc.strerror}", component="sandbox", field="path") from None
     try:

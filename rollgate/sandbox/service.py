@@ -21,29 +21,55 @@ import base64
 import contextlib
 import logging
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from rollgate.core.app import make_app
 from rollgate.core.auth import require_bearer
-from rollgate.core.errors import CapacityError, NotFound
+from rollgate.core.errors import BadRequest, CapacityError, NotFound
 from rollgate.core.metrics import Metrics
+from rollgate.core.openapi import errors, link, semantic_checks
 from rollgate.core.settings import Settings
-from rollgate.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxProvider
+from rollgate.sandbox.base import ExecResult, Sandbox, SandboxProvider
 
 log = logging.getLogger(__name__)
 
 COMPONENT = "sandbox"
 OPEN_PATHS = ("/healthz", "/metrics")
+OCTETS = "application/octet-stream"
+RAW_BODY = {"requestBody": {"required": True, "content": {OCTETS: {"schema": {"type": "string", "format": "binary"}}}}}
+_ID = {"sandbox_id": "$response.body#/id"}
+SANDBOX_LINKS = {
+    "exec": link("/v1/sandboxes/{sandbox_id}/exec", "post", **_ID),
+    "write": link("/v1/sandboxes/{sandbox_id}/files", "put", **_ID),
+    "read": link("/v1/sandboxes/{sandbox_id}/files", "get", **_ID),
+    "destroy": link("/v1/sandboxes/{sandbox_id}", "delete", **_ID),
+}
+PATH_CHECK = semantic_checks(("path", "relative to the work dir, without '..' (rollgate.sandbox.files)"))
+
+
+# base64 as b64decode(validate=True) takes it: the alphabet, padded to whole quanta
+BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+_NO_NUL = "^[^\\x00]*$"
+# check_exec_args: exactly one of cmd / code; argv is non-empty, without NUL bytes
+_ONE_OF = {
+    "oneOf": [
+        {"required": ["cmd"], "properties": {"cmd": {"type": "array"}}},
+        {"required": ["code"], "properties": {"code": {"type": "string"}}},
+    ]
+}
 
 
 class ExecRequest(BaseModel):
-    cmd: list[str] | None = Field(None, description="argv to run (exactly one of cmd / code)")
+    model_config = ConfigDict(strict=True, json_schema_extra=_ONE_OF)  # strict: no "5" for 5 seconds
+    cmd: list[Annotated[str, Field(pattern=_NO_NUL)]] | None = Field(
+        None, min_length=1, description="argv to run (exactly one of cmd / code)"
+    )
     code: str | None = Field(None, description="Python source to run")
     stdin: str = ""
-    stdin_b64: str | None = Field(None, description="binary standard input, base64 (instead of stdin)")
+    stdin_b64: str | None = Field(None, pattern=BASE64, description="binary standard input, base64 (instead of stdin)")
     timeout_s: float | None = Field(None, gt=0, le=3600)
 
 
@@ -144,17 +170,27 @@ def create_sandbox_app(
     async def _stop() -> None:
         await table.close()
 
-    @app.get("/v1/capabilities")
+    @app.get("/v1/capabilities", summary="What this host isolates")
     async def capabilities() -> dict[str, Any]:
         caps = provider.capabilities()
         return {**caps, "isolated": isolated(caps), "open_sandboxes": len(table)}
 
-    @app.post("/v1/sandboxes", response_model=Created)
+    @app.post(
+        "/v1/sandboxes",
+        response_model=Created,
+        summary="Create a sandbox",
+        responses={200: {"description": "Created", "links": SANDBOX_LINKS}, **errors(503)},
+    )
     async def create() -> Created:
         sandbox = await table.create()
         return Created(id=sandbox.id, workdir=getattr(sandbox, "workdir", None))
 
-    @app.post("/v1/sandboxes/{sandbox_id}/exec", response_model=ExecResult)
+    @app.post(
+        "/v1/sandboxes/{sandbox_id}/exec",
+        response_model=ExecResult,
+        summary="Run a command or Python source in a sandbox",
+        responses=errors(400, 404),
+    )
     async def exec_(sandbox_id: str, body: ExecRequest) -> ExecResult:
         sandbox = table.get(sandbox_id)
         stdin: str | bytes = body.stdin
@@ -162,22 +198,39 @@ def create_sandbox_app(
             try:
                 stdin = base64.b64decode(body.stdin_b64, validate=True)
             except ValueError:
-                raise SandboxError("stdin_b64 is not valid base64", field="stdin_b64") from None
+                raise BadRequest("stdin_b64 is not valid base64", component=COMPONENT, field="stdin_b64") from None
         return await sandbox.exec(body.cmd, code=body.code, stdin=stdin, timeout_s=body.timeout_s)
 
-    @app.put("/v1/sandboxes/{sandbox_id}/files", status_code=204)
+    @app.put(
+        "/v1/sandboxes/{sandbox_id}/files",
+        status_code=204,
+        summary="Write a file (the raw body) in a sandbox's work dir",
+        responses={204: {"description": "Written"}, **errors(400, 404)},
+        openapi_extra={**RAW_BODY, **PATH_CHECK},
+    )
     async def write_file(sandbox_id: str, request: Request, path: str = Query(..., min_length=1)) -> Response:
         await table.get(sandbox_id).write_file(path, await request.body())
         return Response(status_code=204)
 
-    @app.get("/v1/sandboxes/{sandbox_id}/files")
+    @app.get(
+        "/v1/sandboxes/{sandbox_id}/files",
+        summary="Read a file of a sandbox's work dir",
+        response_class=Response,
+        responses={200: {"content": {OCTETS: {"schema": {"type": "string", "format": "binary"}}}}, **errors(400, 404)},
+        openapi_extra=PATH_CHECK,
+    )
     async def read_file(
         sandbox_id: str, path: str = Query(..., min_length=1), max_bytes: int | None = Query(None, ge=1)
     ) -> Response:
         data = await table.get(sandbox_id).read_file(path, max_bytes)
-        return Response(data, media_type="application/octet-stream")
+        return Response(data, media_type=OCTETS)
 
-    @app.delete("/v1/sandboxes/{sandbox_id}", status_code=204)
+    @app.delete(
+        "/v1/sandboxes/{sandbox_id}",
+        status_code=204,
+        summary="Destroy a sandbox (also when it is already gone)",
+        responses={204: {"description": "Destroyed"}},
+    )
     async def destroy(sandbox_id: str) -> Response:
         await table.destroy(sandbox_id)
         return Response(status_code=204)

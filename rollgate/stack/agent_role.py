@@ -27,10 +27,10 @@ def build_app(settings: Settings) -> FastAPI:
         require_bearer(app, api_key, component="agent")
     worker: Worker | None = None
     if settings.redis_url:
-        worker = Worker(make_queue(settings), stack.agent, concurrency=settings.agent.concurrency, metrics=metrics)
+        worker = Worker(make_queue(settings), stack.agents, concurrency=settings.agent.concurrency, metrics=metrics)
     app.state.agent = stack.agent
     app.state.worker = worker
-    app.include_router(run_router(stack.agent))
+    app.include_router(run_router(stack.agents))
 
     async def startup() -> None:
         if worker is not None:

@@ -17,9 +17,11 @@ from rollgate.core.metrics import Metrics
 from rollgate.core.settings import Settings
 from rollgate.gateway.model_routes import model_router
 from rollgate.gateway.server import create_gateway_app
+from rollgate.gateway.weights import LocalReplica, WeightsFanoutRoutes
 from rollgate.jobs import make_queue
 from rollgate.jobs.worker import Worker
 from rollgate.resources_servers.lazy_routes import envs_router
+from rollgate.stack.agents import embedded_endpoints
 from rollgate.stack.parts import local_stack
 
 log = logging.getLogger("rollgate.embedded")
@@ -29,9 +31,10 @@ DRAIN_TIMEOUT_S = 10.0
 
 def build_app(settings: Settings) -> FastAPI:
     metrics = Metrics()
-    stack = local_stack(settings, metrics)
+    stack = local_stack(settings, metrics, endpoints=embedded_endpoints(settings))
     queue = make_queue(settings)
-    worker = Worker(queue, stack.agent, concurrency=settings.agent.concurrency, metrics=metrics)
+    # the worker runs each task with its job's agent (the shipped loop unless the job names another)
+    worker = Worker(queue, stack.agents, concurrency=settings.agent.concurrency, metrics=metrics)
 
     async def startup() -> None:
         await stack.start()
@@ -47,7 +50,7 @@ def build_app(settings: Settings) -> FastAPI:
         known_envs=lambda: sorted(stack.runtimes),
         # /envs/<name>/...: each environment's routes are built on its first request (start-up
         # would otherwise grow ~25 ms for every installed environment)
-        routers=[model_router(stack.service), envs_router(stack.runtimes), run_router(stack.agent)],
+        routers=[model_router(stack.service), envs_router(stack.runtimes), run_router(stack.agents)],
         ready=stack.service.ready,
         metrics=metrics,
         api_key=settings.api_key if settings.gateway.auth else None,
@@ -55,6 +58,7 @@ def build_app(settings: Settings) -> FastAPI:
         on_shutdown=[shutdown],
         title="Rollgate (embedded)",
     )
+    WeightsFanoutRoutes([LocalReplica(stack.service)]).install(app)  # POST /v1/weights, in process
     app.state.worker = worker
     app.state.runtimes = stack.runtimes
     app.state.service = stack.service

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollgate.agent_server.agent import Agent
+from rollgate.agent_server.plugins import AgentSet, Endpoints
 from rollgate.core.errors import RollgateError
 from rollgate.core.http import RetryPolicy
 from rollgate.core.metrics import Metrics
@@ -26,6 +27,7 @@ from rollgate.resources_servers.client import LocalEnvClient
 from rollgate.resources_servers.registry import resolve_envs
 from rollgate.resources_servers.replicas import ReplicatedEnvClient
 from rollgate.resources_servers.server import make_runtime
+from rollgate.stack.agents import agent_set, local_captures, remote_captures, remote_endpoints
 
 log = logging.getLogger("rollgate.stack")
 
@@ -35,6 +37,7 @@ class Stack:
     agent: Agent
     runtimes: dict[str, EnvRuntime] = field(default_factory=dict)  # in-process environments
     service: ModelService | None = None  # the in-process model service, if any
+    agents: AgentSet | None = None  # every agent a job may name, `agent` included (stack/agents.py)
 
     async def start(self) -> None:
         start = getattr(self.service, "start", None)
@@ -43,6 +46,10 @@ class Stack:
 
     async def aclose(self) -> None:
         """Close what this stack opened: stores, clients, the model service."""
+        if self.agents is not None:
+            await self.agents.aclose()
+            if self.agents.parts.captures is not None:
+                await self.agents.parts.captures.aclose()
         for rt in self.runtimes.values():
             await rt.store.close()
             closer = getattr(rt.env, "aclose", None)  # environments holding connections (interop/)
@@ -87,8 +94,10 @@ def local_stack(
     *,
     service: ModelService | None = None,
     envs: Sequence[str] | None = None,
+    endpoints: Endpoints | None = None,
 ) -> Stack:
-    """Every part in process. `service` defaults to the one settings.model describes."""
+    """Every part in process. `service` defaults to the one settings.model describes. `endpoints`:
+    where this stack is served over HTTP (harness agents need it; stack/agents.py)."""
     metrics = metrics if metrics is not None else Metrics.off()
     if service is None:
         from rollgate.model_server.server import build_service
@@ -102,7 +111,8 @@ def local_stack(
         model_name=service.served_name,
         metrics=metrics,
     )
-    return Stack(agent=agent, runtimes=runtimes, service=service)
+    agents = agent_set(agent, settings, metrics, endpoints=endpoints, captures=local_captures(service))
+    return Stack(agent=agent, runtimes=runtimes, service=service, agents=agents)
 
 
 def remote_stack(settings: Settings, metrics: Metrics | None = None) -> Stack:
@@ -121,12 +131,25 @@ def remote_stack(settings: Settings, metrics: Metrics | None = None) -> Stack:
         return RetryPolicy(attempts=max(1, a.retries), on_retry=metrics.retries.labels(component).inc)
 
     model = HttpModelClient(
-        settings.model_url, timeout_s=a.model_timeout_s, api_key=settings.api_key, retry=retry("model")
+        settings.model_url,
+        timeout_s=a.model_timeout_s,
+        api_key=settings.api_key,
+        retry=retry("model"),
+        channel=a.channel,
     )
     clients = {
         name: ReplicatedEnvClient(
-            name, urls, timeout_s=a.tool_timeout_s, api_key=settings.api_key, retry=retry(f"env:{name}")
+            name,
+            urls,
+            timeout_s=a.tool_timeout_s,
+            api_key=settings.api_key,
+            retry=retry(f"env:{name}"),
+            channel=a.channel,
         )
         for name, urls in envs.items()
     }
-    return Stack(agent=Agent(model, clients, a, model_name=settings.model.served_name, metrics=metrics))
+    agent = Agent(model, clients, a, model_name=settings.model.served_name, metrics=metrics)
+    agents = agent_set(
+        agent, settings, metrics, endpoints=remote_endpoints(settings), captures=remote_captures(settings)
+    )
+    return Stack(agent=agent, agents=agents)

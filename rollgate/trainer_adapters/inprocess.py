@@ -1,13 +1,20 @@
-"""The embedded Rollgate stack for a trainer: the trainer's own model served by the local backend
-(weights shared, not copied), the environments and the agent, all in this process.
+"""The embedded Rollgate stack for a trainer: the trainer's own model served by the local backend,
+the environments and the agent, all in this process.
 
-The policy that generates is the policy being trained: every rollout batch runs on the current
-weights and is stamped with the trainer's step (`weight_version` "step-N" on each turn and
-`policy_version` on each trajectory), so stale or mixed batches are visible in the data.
+Synchronous (`share_weights=True`): the policy that generates is the very model being trained
+(weights shared, not copied); every rollout batch runs on the current weights and is stamped with
+the trainer's step (`weight_version` "step-N" on each turn and `policy_version` on each
+trajectory), so stale or mixed batches are visible in the data.
+
+Asynchronous (`share_weights=False`): generation runs while the trainer trains, so it serves a
+copy; after each optimizer step `push(model, "step-N")` loads the trainer's weights into it
+through the model server's weight-update path (rollgate.model_server.weights: checked, then
+copied in between two decode steps).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -35,6 +42,7 @@ class InProcessRollgate:
         concurrency: int = 64,
         max_batch_size: int = 64,
         weight_version: str = "step-0",
+        share_weights: bool = True,
     ):
         from rollgate.model_server.local import LocalBackend
         from rollgate.model_server.service import ModelService
@@ -43,12 +51,14 @@ class InProcessRollgate:
         settings = settings if settings is not None else Settings()
         if agent_settings is not None:
             settings = settings.model_copy(update={"agent": agent_settings})
-        self.model = model
         was_training = model.training
+        if not share_weights:
+            model = copy.deepcopy(model).requires_grad_(False)
+        self.model = model
         self.backend = LocalBackend.from_model(
             model, tokenizer, weight_version=weight_version, max_batch_size=max_batch_size
         )
-        model.train(was_training)  # the backend switches to eval; the trainer owns the mode
+        model.train(was_training and share_weights)  # the backend switches to eval; a trainer owns its mode
         self.service = ModelService(self.backend, served_name=served_name, training_mode=True)
         # The one composition root: environments get their settings (e.g. the code sandbox's).
         self.stack = local_stack(settings, service=self.service, envs=envs)
@@ -65,6 +75,16 @@ class InProcessRollgate:
         with self.backend.updating_weights(version):
             pass
 
+    def push(self, model: Any, version: str) -> None:
+        """Load `model`'s weights into the served copy and stamp `version` on later turns (a
+        WeightPusher for rollgate.trainer_adapters.async_rl)."""
+        from rollgate.model_server.weights import stage
+
+        if model is self.model:
+            self.set_policy_version(version)  # shared weights: already there
+            return
+        self.backend.load_weights(stage(self.model, model.state_dict(), complete=True), version)
+
     async def collect(self, rows, repeats, *, sampling, policy_version) -> list[list[Trajectory]]:
         # Generate in eval mode (no dropout), then hand the model back in the mode the trainer left it.
         was_training = self.model.training
@@ -77,6 +97,14 @@ class InProcessRollgate:
     async def aclose(self) -> None:
         await self.stack.aclose()
 
-    def rollout_func(self, rows: Sequence[dict[str, Any]], **kwargs: Any) -> RollgateRolloutFunc:
-        """The GRPOTrainer rollout_func over `rows`; `func.tasks.dataset()` is the train_dataset."""
-        return RollgateRolloutFunc(self, TaskIndex(rows), on_policy_version=self.set_policy_version, **kwargs)
+    def rollout_func(
+        self, rows: Sequence[dict[str, Any]], *, max_staleness: int | None = None, **kwargs: Any
+    ) -> RollgateRolloutFunc:
+        """The GRPOTrainer rollout_func over `rows`; `func.tasks.dataset()` is the train_dataset.
+        `max_staleness`: asynchronous (rollgate.trainer_adapters.async_rl; build this with
+        share_weights=False and give the trainer `weight_push_callback(self, model)`)."""
+        if max_staleness is None:
+            return RollgateRolloutFunc(self, TaskIndex(rows), on_policy_version=self.set_policy_version, **kwargs)
+        from rollgate.trainer_adapters.async_rl import AsyncRolloutFunc
+
+        return AsyncRolloutFunc(self, TaskIndex(rows), max_staleness=max_staleness, **kwargs)

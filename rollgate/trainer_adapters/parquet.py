@@ -47,6 +47,7 @@ SCHEMA = pa.schema(
         ("error_component", pa.string()),
         ("error_field", pa.string()),
         ("num_turns", pa.int32()),
+        ("segmented", pa.bool_()),  # the turns are separate segments, not one sequence (schema 3)
         ("prompt_tokens", pa.int32()),
         ("generated_tokens", pa.int32()),
         ("turns", pa.list_(TURN_TYPE)),
@@ -81,6 +82,7 @@ def to_row(t: Trajectory) -> dict[str, Any]:
         "error_component": err.component if err else None,
         "error_field": err.field if err else None,
         "num_turns": len(t.turns),
+        "segmented": t.segmented,
         "prompt_tokens": len(t.turns[0].prompt_token_ids) if t.turns else 0,
         "generated_tokens": sum(len(x.generation_token_ids) for x in t.turns),
         "turns": [x.model_dump() for x in t.turns],
@@ -122,6 +124,7 @@ def from_row(r: dict[str, Any]) -> Trajectory:
             },
             "messages": jsonutil.loads(r["messages_json"]),
             "turns": r["turns"],
+            "segmented": bool(r.get("segmented")),  # absent in files written before schema 3
             "reward": r["reward"],
             "reward_components": dict(comps) if comps is not None else None,
             "metrics": jsonutil.loads(r["metrics_json"]),

@@ -9,6 +9,8 @@ the reward functions; `env_mask` is special: TRL uses it as the tool mask (1 = t
 Prompts map to task rows through a TaskIndex (a dataset prompt is the row's input as chat
 messages). A failed episode is never trained as reward 0: its env_mask is all zeros and its reward
 None, which TRL turns into NaN, leaves out of the group baseline and gives zero advantage.
+A segmented trajectory (a black-box harness that rewrote its history: no one token sequence) is
+refused with rollgate.core.tokens.SegmentedError, never flattened into a wrong sequence.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from rollgate.core import jsonutil
@@ -95,6 +97,10 @@ class TaskIndex:
                 field="prompt",
             )
         return row
+
+    def resolve_key(self, key: str) -> TaskRow:
+        """The row of a `prompt_key` (what rollgate.trainer_adapters.async_rl schedules by)."""
+        return self._rows[key]
 
     def dataset(self):
         """A `datasets.Dataset` with the `prompt` column GRPOTrainer reads."""
@@ -209,8 +215,14 @@ class RollgateRolloutFunc:
 
     @staticmethod
     def to_trl(
-        trajs: Sequence[Trajectory], *, max_completion_length: int | None, filler_token_id: int
+        trajs: Sequence[Trajectory],
+        *,
+        max_completion_length: int | None,
+        filler_token_id: int,
+        dropped: Collection[int] = (),
     ) -> dict[str, list[Any]]:
+        """TRL's rollout output. Failed episodes, and those at positions in `dropped` (too stale:
+        rollgate.trainer_adapters.async_rl), are fully masked with no reward: never trained on."""
         out: dict[str, list[Any]] = {
             k: []
             for k in (
@@ -226,14 +238,15 @@ class RollgateRolloutFunc:
             )
         }
         failed = 0
-        for t in trajs:
+        for i, t in enumerate(trajs):
             seq = trainable_sequence(t, filler_token_id=filler_token_id, max_completion_tokens=max_completion_length)
+            keep = t.ok and i not in dropped
             out["prompt_ids"].append(seq.prompt_ids)
             out["completion_ids"].append(seq.completion_ids)
             out["logprobs"].append(seq.logprobs)
-            out["env_mask"].append(seq.env_mask)
-            out["rollgate_reward"].append(t.reward if t.ok else None)
-            out["rollgate_reward_components"].append(dict(t.reward_components or {}) if t.ok else None)
+            out["env_mask"].append(seq.env_mask if keep else [0] * len(seq.completion_ids))
+            out["rollgate_reward"].append(t.reward if keep else None)
+            out["rollgate_reward_components"].append(dict(t.reward_components or {}) if keep else None)
             out["rollgate_outcome"].append(t.outcome.value)
             out["rollgate_trajectory_id"].append(t.trajectory_id)
             out["rollgate_turns"].append(len(t.turns))

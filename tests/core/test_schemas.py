@@ -30,7 +30,7 @@ def test_version_one_records_still_read():
 
 def test_new_records_carry_their_row_index():
     traj = Trajectory.model_validate({**v1_record(), "schema_version": SCHEMA_VERSION, "row_index": 3})
-    assert SCHEMA_VERSION == 2 and traj.row_index == 3
+    assert SCHEMA_VERSION == 3 and traj.row_index == 3 and traj.segmented is False
 
 
 def test_a_newer_version_is_refused():

@@ -139,3 +139,14 @@ async def test_stored_state_is_a_copy(make_store):
     got = await store.get(sid)
     got["list"].append(3)
     assert (await store.get(sid))["list"] == [1]
+
+
+async def test_take_reads_and_deletes_in_one_step_and_frees_capacity(make_store):
+    store = make_store(capacity=1)
+    sid = await store.create({"state": {"n": 1}})
+    assert await store.take(sid) == {"state": {"n": 1}}
+    with pytest.raises(NotFound):
+        await store.take(sid)
+    with pytest.raises(NotFound):
+        await store.get(sid)
+    await store.create({"state": {}})  # the one slot is free again

@@ -156,7 +156,7 @@ async def test_summary_groups_finished_jobs_by_policy_version_with_evals_beside_
         ({"purpose": "eval", "k": 0}, "k", "greater than or equal to 1"),
         ({"purpose": "eval", "threshold": 1.5}, "threshold", "outside the reward range of 'math'"),
         ({"purpose": "eval", "threshold": 0.0}, "threshold", "outside the reward range"),
-        ({"purpose": "eval", "threshold": "nan"}, "threshold", "finite"),
+        ({"purpose": "eval", "threshold": "nan"}, "threshold", "valid number"),  # strict: a string is no number
         ({"purpose": "eval", "k": 4, "repeats": 2}, "k", "disagree"),
         ({"purpose": "eval", "k": 4, "pass_k": [8]}, "pass_k", "outside 1..k=4"),
         ({"k": 4}, "k", "only evaluation jobs"),
@@ -179,7 +179,7 @@ async def test_report_is_refused_for_a_training_job_and_unknown_for_a_missing_on
         job_id = (await client.post("/v1/rollouts", json={"tasks": [row(0)]})).json()["job_id"]
         await work(queue, {0: [1.0]})
         resp = await client.get(f"/v1/rollouts/{job_id}/report")
-        assert resp.status_code == 400 and resp.json()["error"]["field"] == "purpose"
+        assert resp.status_code == 409 and resp.json()["error"]["field"] == "purpose"  # the job's kind, not the request
         assert (await client.get("/v1/rollouts/job_missing/report")).status_code == 404
 
 

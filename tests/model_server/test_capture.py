@@ -167,3 +167,17 @@ def test_capture_store_stays_within_its_bounds():
     _record(expired, "x", 1)
     with pytest.raises(Exception, match="expired"):
         expired.get("x")
+
+
+def test_a_popped_session_keeps_no_late_call_and_records_each_choice_message():
+    """A harness killed mid-call leaves a call in flight: when it lands after the owner took the
+    record, it is served but not recorded, so no session is left behind."""
+    store = CaptureStore(max_sessions=4, ttl_s=3600)
+    _record(store, "ep", 3)
+    [choice] = store.get("ep")["calls"][0]["choices"]
+    assert choice["message"] == {"role": "assistant", "content": "", "tool_calls": []}
+    assert len(store.pop("ep")["calls"]) == 1
+    assert _record(store, "ep", 3) is None and store.late_calls == 1 and len(store) == 0
+    with pytest.raises(Exception, match="no capture session 'quiet'"):
+        store.pop("quiet")  # popping a session with no call yet still closes it
+    assert _record(store, "quiet", 1) is None and len(store) == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -70,6 +71,31 @@ async def test_bad_script_names_the_field(service):
     with pytest.raises(BadRequest) as info:
         await service.create({"model": "rollgate-tiny", "input": "q", "metadata": {"rollgate_script": '[{"x": 1}]'}})
     assert info.value.field == "metadata.rollgate_script"
+
+
+async def test_a_turn_with_delay_s_waits_before_answering():
+    service = ModelService(ScriptedBackend())
+    script = json.dumps([{"text": "slow", "delay_s": 30}])
+    call = asyncio.create_task(
+        service.create({"model": "rollgate-tiny", "input": "q", "metadata": {"rollgate_script": script}})
+    )
+    await asyncio.sleep(0.2)
+    assert not call.done()  # held mid-flight, as a slow model holds an episode
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    fast = json.dumps([{"text": "now", "delay_s": 0}])
+    resp = await service.create({"model": "rollgate-tiny", "input": "q", "metadata": {"rollgate_script": fast}})
+    assert resp["output"][0]["content"][0]["text"] == "now"
+
+
+@pytest.mark.parametrize("delay", [-1, 61, "1", True])
+async def test_a_bad_delay_s_names_the_field(delay):
+    service = ModelService(ScriptedBackend())
+    script = json.dumps([{"text": "x", "delay_s": delay}])
+    with pytest.raises(BadRequest) as info:
+        await service.create({"model": "rollgate-tiny", "input": "q", "metadata": {"rollgate_script": script}})
+    assert info.value.field == "metadata.rollgate_script" and "delay_s" in str(info.value)
 
 
 async def test_without_tokenizer_it_answers_text_only():

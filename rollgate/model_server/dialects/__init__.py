@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest
+from rollgate.model_server.wire import STRICT
 
 COMPONENT = "model"
 # pydantic names union members in error locations ("str", "list[TextPart]"): not field names
@@ -36,7 +37,7 @@ def validate(model: type[BaseModel], body: Any, skip: frozenset[str] = frozenset
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object", component=COMPONENT, field="body")
     try:
-        return model.model_validate(body)
+        return model.model_validate(body, strict=STRICT)
     except ValidationError as exc:
         err = max(exc.errors(), key=lambda e: len(e.get("loc", ())))
         field = field_path(err.get("loc", ()), skip)

@@ -1,8 +1,9 @@
 """OpenAI Chat Completions (`POST /v1/chat/completions`): plain and SSE, tools and tool calls, `n`,
 `logprobs`, `stop`. Messages become Responses items (an assistant message with tool calls becomes
 a message item plus function_call items, a tool message a function_call_output), and Choices
-become chat choices. What this server cannot honour (top_logprobs, penalties, logit_bias, JSON
-response formats) is a 400 naming the field, never silently ignored."""
+become chat choices. What this server cannot honour (top_logprobs, penalties, logit_bias, and
+`response_format` on a backend without constrained decoding) is a 400 naming the field, never
+silently ignored."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollgate.core.errors import RollgateError
-from rollgate.core.schemas import new_id
+from rollgate.core.schemas import JsonInt, new_id
 from rollgate.model_server.calls import MAX_N, Call, Choice
 from rollgate.model_server.dialects import sse_data, token_fields, unsupported, validate
+from rollgate.model_server.structured import JsonFormat, chat_format
 from rollgate.model_server.textstream import PlainTextGate
 
 log = logging.getLogger("rollgate.model_server.chat_completions")
@@ -80,14 +82,14 @@ class ChatRequest(BaseModel):
     messages: list[Message] = Field(min_length=1)
     tools: list[Tool] | None = None
     tool_choice: Any = None
-    n: int = Field(default=1, ge=1, le=MAX_N)
+    n: JsonInt = Field(default=1, ge=1, le=MAX_N)
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_logprobs: JsonInt | None = Field(default=None, ge=0, le=20)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    max_tokens: int | None = Field(default=None, gt=0)
-    max_completion_tokens: int | None = Field(default=None, gt=0)
-    seed: int | None = None
+    max_tokens: JsonInt | None = Field(default=None, gt=0)
+    max_completion_tokens: JsonInt | None = Field(default=None, gt=0)
+    seed: JsonInt | None = None
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -128,8 +130,37 @@ def _items(messages: list[Message]) -> list[dict[str, Any]]:
     return items
 
 
-def _check(req: ChatRequest, service: Any) -> tuple[str, ...]:
-    """Refuse what would otherwise be ignored; the stop sequences."""
+_NONE = {"type": "null"}
+
+
+def refused(formats: bool, log_probs: bool) -> dict[str, dict[str, Any]]:
+    """What `_check` leaves of each option it limits, as JSON schemas (published in OpenAPI by
+    rollgate.model_server.api_docs): keep the two in step. `formats`: the backend honours
+    `response_format` (a hosted API behind it, or constrained decoding here)."""
+    off = {"enum": [0, None]}
+    out: dict[str, dict[str, Any]] = {
+        "top_logprobs": off,
+        "presence_penalty": off,
+        "frequency_penalty": off,
+        "logit_bias": {"anyOf": [{"type": "object", "maxProperties": 0}, _NONE]},
+        "stop": {
+            "anyOf": [
+                {"type": "string", "minLength": 1},
+                {"type": "array", "maxItems": 4, "items": {"type": "string", "minLength": 1}},
+                _NONE,
+            ]
+        },
+    }
+    if not formats:
+        out["response_format"] = {"anyOf": [{"type": "object", "properties": {"type": {"const": "text"}}}, _NONE]}
+    if not log_probs:
+        out["logprobs"] = {"enum": [False, None]}
+    return out
+
+
+def _check(req: ChatRequest, service: Any) -> tuple[tuple[str, ...], JsonFormat | None]:
+    """Refuse what would otherwise be ignored; the stop sequences and the output format (the
+    service refuses a format the backend cannot enforce)."""
     if req.top_logprobs:
         raise unsupported("top_logprobs", "alternatives per token are not computed here; use 0 or leave it out")
     for name in ("presence_penalty", "frequency_penalty"):
@@ -137,24 +168,17 @@ def _check(req: ChatRequest, service: Any) -> tuple[str, ...]:
             raise unsupported(name, "penalties are not applied by this server; use 0 or leave it out")
     if req.logit_bias:
         raise unsupported("logit_bias", "logit bias is not applied by this server; leave it out")
-    kind = (req.response_format or {}).get("type", "text")
-    if kind != "text" and not service.forwards:
-        raise unsupported(
-            "response_format",
-            f"{kind!r} output is not enforced by the {service.backend.name!r} backend (no constrained decoding yet); "
-            'leave it out or use {"type": "text"}',
-        )
     if req.logprobs and service.prompts is None:
         raise unsupported("logprobs", f"the {service.backend.name!r} backend has no token log-probs")
     stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if len(stops) > 4 or any(not s for s in stops):
         raise unsupported("stop", "at most 4 non-empty stop sequences")
-    return tuple(stops)
+    return tuple(stops), chat_format(req.response_format)
 
 
 def _prepare(service: Any, body: Any, training: bool | None, session: str | None) -> tuple[ChatRequest, Call]:
     req: ChatRequest = validate(ChatRequest, body)
-    stop = _check(req, service)
+    stop, fmt = _check(req, service)
     responses_body: dict[str, Any] = {
         "model": req.model,
         "input": _items(req.messages),
@@ -180,7 +204,9 @@ def _prepare(service: Any, body: Any, training: bool | None, session: str | None
         fmt = req.response_format
         inner = fmt.get("json_schema") if isinstance(fmt.get("json_schema"), dict) else {}
         responses_body["text"] = {"format": {"type": fmt.get("type"), **inner}}
-    call = service.prepare(responses_body, training=training, session=session, api=API, n=req.n, stop=stop)
+    call = service.prepare(
+        responses_body, training=training, session=session, api=API, n=req.n, stop=stop, output_format=fmt
+    )
     return req, call
 
 

@@ -2,7 +2,8 @@
 become Responses items (text -> message, tool_use -> function_call, tool_result ->
 function_call_output, thinking -> reasoning) and a Choice becomes one message whose content
 blocks keep the order of the output items. `top_k` and images are refused with a 400 naming the
-field: this server does not apply them."""
+field: this server does not apply them. `output_config.format` (a JSON schema) is enforced by the
+backend's constrained decoding, or refused where the backend has none."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollgate.core.errors import RollgateError
-from rollgate.core.schemas import new_id
+from rollgate.core.schemas import JsonInt, new_id
 from rollgate.model_server.calls import Call, Choice
 from rollgate.model_server.dialects import sse_event, token_fields, unsupported, validate
+from rollgate.model_server.structured import messages_format
 from rollgate.model_server.textstream import PlainTextGate
 
 log = logging.getLogger("rollgate.model_server.messages")
@@ -64,7 +66,7 @@ _TAGS = frozenset({"text", "tool_use", "tool_result", "thinking"})
 
 class Message(BaseModel):
     role: Literal["user", "assistant"]
-    content: str | list[Block]
+    content: str | Annotated[list[Block], Field(min_length=1)]  # as Anthropic: no empty block list
 
 
 class Tool(BaseModel):
@@ -78,18 +80,18 @@ class Tool(BaseModel):
 class MessagesRequest(BaseModel):
     model_config = ConfigDict(extra="allow")  # thinking, service_tier, ...: accepted, no effect
     model: str = Field(min_length=1)
-    max_tokens: int = Field(gt=0)
+    max_tokens: JsonInt = Field(gt=0)
     messages: list[Message] = Field(min_length=1)
     system: str | list[TextBlock] | None = None
     tools: list[Tool] | None = None
     tool_choice: dict[str, Any] | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=1.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = None
+    top_k: JsonInt | None = None
     stop_sequences: list[str] | None = None
     stream: bool = False
     metadata: dict[str, Any] | None = None
-    seed: int | None = None  # extension (not in Anthropic's API), as on /v1/responses
+    seed: JsonInt | None = None  # extension (not in Anthropic's API), as on /v1/responses
 
 
 def _items(req: MessagesRequest) -> list[dict[str, Any]]:
@@ -114,11 +116,26 @@ def _items(req: MessagesRequest) -> list[dict[str, Any]]:
     return items
 
 
+def refused(formats: bool) -> dict[str, dict[str, Any]]:
+    """What `_prepare` leaves of each option it refuses, as JSON schemas (published in OpenAPI by
+    rollgate.model_server.api_docs): keep the two in step. `formats`: the backend honours
+    `output_config.format` (a hosted API behind it, or constrained decoding here)."""
+    out: dict[str, dict[str, Any]] = {
+        "top_k": {"type": "null"},
+        "stop_sequences": {"anyOf": [{"type": "array", "items": {"type": "string", "minLength": 1}}, {"type": "null"}]},
+    }
+    config: dict[str, Any] = {"type": "object"}
+    if not formats:
+        config["properties"] = {"format": {"type": "null"}}
+    out["output_config"] = {"anyOf": [config, {"type": "null"}]}
+    return out
+
+
 def _prepare(service: Any, body: Any, training: bool | None, session: str | None) -> tuple[MessagesRequest, Call]:
     if isinstance(body, dict):  # name the block of an unsupported type (image, document) precisely
         for i, m in enumerate(body.get("messages") or []):
             for j, b in enumerate((m.get("content") if isinstance(m, dict) else None) or []):
-                if isinstance(b, dict) and b.get("type") not in _TAGS:
+                if isinstance(b, dict) and not (isinstance(b.get("type"), str) and b["type"] in _TAGS):
                     raise unsupported(
                         f"messages[{i}].content[{j}].type",
                         f"block type {b.get('type')!r} is not supported; expected one of {sorted(_TAGS)}",
@@ -127,11 +144,9 @@ def _prepare(service: Any, body: Any, training: bool | None, session: str | None
     if req.top_k is not None:
         raise unsupported("top_k", "top-k sampling is not applied by this server; leave it out")
     output_config = (req.model_extra or {}).get("output_config")
-    if isinstance(output_config, dict) and output_config.get("format") is not None and not service.forwards:
-        raise unsupported(
-            "output_config.format",
-            f"structured output is not enforced by the {service.backend.name!r} backend (no constrained decoding yet)",
-        )
+    if output_config is not None and not isinstance(output_config, dict):
+        raise unsupported("output_config", "must be an object")
+    fmt = messages_format((output_config or {}).get("format"))  # the service refuses what it cannot enforce
     stops = tuple(req.stop_sequences or ())
     if any(not s for s in stops):
         raise unsupported("stop_sequences", "stop sequences must be non-empty")
@@ -159,10 +174,12 @@ def _prepare(service: Any, body: Any, training: bool | None, session: str | None
         responses_body["top_p"] = req.top_p
     if req.seed is not None:
         responses_body["seed"] = req.seed
+    if fmt is not None and service.forwards:  # a hosted Responses API enforces it
+        responses_body["text"] = {"format": {"type": fmt.kind, "name": "output", "schema": fmt.schema}}
     meta = {k: v for k, v in (req.metadata or {}).items() if isinstance(v, str)}
     if meta:
         responses_body["metadata"] = meta
-    call = service.prepare(responses_body, training=training, session=session, api=API, stop=stops)
+    call = service.prepare(responses_body, training=training, session=session, api=API, stop=stops, output_format=fmt)
     return req, call
 
 

@@ -16,9 +16,9 @@ import asyncio
 import random
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
+from rollgate.core.schemas import JsonInt, TaskRow, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import Environment, ToolError, final_response_text, tool
 from rollgate.resources_servers.envs.math_problems import generate
 from rollgate.verifiers.answers import extract_final_answer
@@ -34,6 +34,29 @@ INSTRUCTIONS = (
     "`Answer:` line, else the last number in your reply."
 )
 MAX_HISTORY = 50
+# An answer string as `parse` takes it. JSON Schema has no word for "parses": the format names it
+# (a client generator sees a string; the project's schemathesis run generates valid ones).
+EXPRESSION_SCHEMA = {"format": "math-expression", "minLength": 1, "maxLength": MAX_TEXT}
+
+
+class MathRow(BaseModel):
+    """The row fields math reads (validated by the runtime before `seed`, published in OpenAPI)."""
+
+    model_config = ConfigDict(extra="allow")
+    expected_answer: Annotated[str, Field(json_schema_extra=EXPRESSION_SCHEMA)] | JsonInt | float = Field(
+        description="the answer: a number, or an expression (a fraction, or in x for algebra); "
+        "after an '=', the right-hand side"
+    )
+
+    @field_validator("expected_answer")
+    @classmethod
+    def _parses(cls, value: str | int | float) -> str | int | float:
+        if isinstance(value, str):
+            try:
+                parse(value.rsplit("=", 1)[-1], symbols=True, latex=True)
+            except ExprError as exc:
+                raise ValueError(f"{value[:80]!r} is not a valid expression: {exc}") from None
+        return value
 
 
 class MathState(BaseModel):
@@ -46,18 +69,12 @@ class MathEnv(Environment):
     name = "math"
     description = "Arithmetic and word problems graded by numeric/symbolic equivalence."
     State = MathState
+    Row = MathRow
     reverify = "answer"
 
     def seed(self, task: TaskRow, rng: random.Random) -> MathState:
-        expected = task.env_fields.get("expected_answer")
-        if expected is None or isinstance(expected, bool) or not isinstance(expected, (str, int, float)):
-            raise ValueError("the row needs `expected_answer` (a number or an expression string)")
-        expected = str(expected)
-        try:
-            parse(expected.rsplit("=", 1)[-1], symbols=True, latex=True)
-        except ExprError as exc:
-            raise ValueError(f"expected_answer {expected!r} is not a valid expression: {exc}") from None
-        return MathState(expected_answer=expected)
+        # the runtime validated the row with MathRow
+        return MathState(expected_answer=str(task.env_fields["expected_answer"]))
 
     @tool
     def calculator(

@@ -40,12 +40,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field, RootModel
+from pydantic import BaseModel, Field
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import UpstreamError, UpstreamTimeout
 from rollgate.core.schemas import TaskRow
-from rollgate.resources_servers.base import Environment, ToolError, ToolSpec
+from rollgate.resources_servers.base import Environment, ToolError
+from rollgate.resources_servers.interop.tool_specs import PassThroughArguments as _Arguments
+from rollgate.resources_servers.interop.tool_specs import PerInstance as _PerInstance
+from rollgate.resources_servers.interop.tool_specs import SchemaToolSpec as MCPToolSpec
 
 log = logging.getLogger("rollgate.interop.mcp")
 
@@ -84,24 +87,6 @@ class MCPSessionState(BaseModel):
 
     mcp_key: str = Field(default_factory=lambda: secrets.token_urlsafe(12))
     mcp_opened: bool = False  # set by the first tool call: a later miss means the connection is gone
-
-
-class _Arguments(RootModel[dict[str, Any]]):
-    """Arguments pass through whole; they are checked against the server's JSON schema."""
-
-
-@dataclass(frozen=True)
-class MCPToolSpec(ToolSpec):
-    input_schema: dict[str, Any] = field(default_factory=dict)
-
-    def openai_schema(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "name": self.name,
-            "description": self.description,
-            "parameters": self.input_schema,
-            "strict": False,
-        }
 
 
 def _server_error(server: MCPServer, what: str, exc: BaseException | None = None) -> UpstreamError:
@@ -230,19 +215,6 @@ def _run_blocking(coro) -> Any:
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
-
-
-class _PerInstance:
-    """`tool_specs()` / `tool_schemas()`: on the class, none (the server is not asked before the
-    environment is built); on an instance, the server's tools."""
-
-    def __init__(self, build):
-        self.build = build
-
-    def __get__(self, obj, cls):
-        if obj is None:
-            return lambda: self.build(None)
-        return lambda: self.build(obj)
 
 
 class MCPToolsEnvironment(Environment):

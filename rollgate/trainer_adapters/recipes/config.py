@@ -28,6 +28,8 @@ class GRPOPhase:
     temperature: float = 1.0
     max_completion_length: int = 160  # tokens of the whole multi-turn completion, env tokens included
     eval_every: int = 5  # held-out evaluation every N GRPO steps (and at the end)
+    mode: str = "sync"  # "async": step N+1's rollouts are collected while step N trains
+    max_staleness: int = 1  # async: rollouts at most this many policy versions old are trained on
 
 
 @dataclass(frozen=True)

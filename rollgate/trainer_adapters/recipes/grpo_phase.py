@@ -1,7 +1,13 @@
 """GRPO on the verified reward only: TRL's GRPOTrainer, with every rollout an episode of Rollgate's
 agent loop (multi-turn, the environment's tools) served by the policy being trained, in process
 (rollgate.trainer_adapters.inprocess). No shaping term: a group whose samples all score the same
-has zero advantage and teaches nothing, which is why SFT comes first."""
+has zero advantage and teaches nothing, which is why SFT comes first.
+
+`grpo.mode`: "sync" generates each step's rollouts with the weights being trained, then trains;
+"async" collects step N+1's rollouts while step N trains, at most `grpo.max_staleness` policy
+versions behind (rollgate.trainer_adapters.async_rl), serving a copy of the policy that gets the
+trainer's weights after each optimizer step. Each step's wall time (held-out evaluation left out)
+is recorded either way, so the two can be compared."""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +34,8 @@ class GRPOResult:
     seconds: float
     train_reward: list[float]  # the mean reward of each step's rollouts (training tasks)
     episodes: int
+    step_seconds: list[float] = field(default_factory=list)  # wall time of each step, evaluation excluded
+    async_stats: dict[str, Any] | None = None  # async mode: staleness, drops, prefetches
 
 
 def train_grpo(
@@ -43,15 +51,26 @@ def train_grpo(
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from rollgate.trainer_adapters.async_rl import weight_push_callback
     from rollgate.trainer_adapters.inprocess import InProcessRollgate
     from rollgate.trainer_adapters.trl import rollgate_reward
 
     g = cfg.grpo
     started = time.perf_counter()
     settings = Settings().model_copy(update={"envs": [cfg.env]})
-    rollgate = InProcessRollgate(model, tokenizer, [cfg.env], agent_settings=agent_settings(cfg), settings=settings)
+    asynchronous = g.mode == "async"
+    rollgate = InProcessRollgate(
+        model,
+        tokenizer,
+        [cfg.env],
+        agent_settings=agent_settings(cfg),
+        settings=settings,
+        share_weights=not asynchronous,
+    )
     # Unseeded sampling: a seed per request would make a group's samples identical (no advantage).
-    rollout_func = rollgate.rollout_func(rows, sampling={"temperature": g.temperature})
+    rollout_func = rollgate.rollout_func(
+        rows, sampling={"temperature": g.temperature}, max_staleness=g.max_staleness if asynchronous else None
+    )
     args = GRPOConfig(
         output_dir=str(work_dir),
         use_cpu=True,
@@ -75,11 +94,17 @@ def train_grpo(
         gradient_checkpointing=False,  # on by default in TRL; for a model this small it only costs time
     )
     rewards: list[float] = []
+    step_seconds: list[float] = []
     episodes = 0
+    last = [time.perf_counter()]  # when the current step began (after the previous one's evaluation)
 
     class Steps(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            last[0] = time.perf_counter()
+
         def on_step_end(self, args, state, control, **kwargs):
             nonlocal episodes
+            step_seconds.append(round(time.perf_counter() - last[0], 3))
             trajs = rollout_func.last_trajectories
             ok = [t.reward for t in trajs if t.ok and t.reward is not None]
             episodes += len(trajs)
@@ -97,6 +122,7 @@ def train_grpo(
                 model.eval()
                 on_step(state.global_step)
                 model.train(was)
+            last[0] = time.perf_counter()
 
     trainer = GRPOTrainer(
         model=model,
@@ -105,7 +131,8 @@ def train_grpo(
         train_dataset=rollout_func.tasks.dataset(),
         processing_class=tokenizer,
         rollout_func=rollout_func,
-        callbacks=[Steps()],
+        # async: push the new weights first, so the batches collected during evaluation use them
+        callbacks=([weight_push_callback(rollgate, model)] if asynchronous else []) + [Steps()],
     )
     try:
         trainer.train()
@@ -113,6 +140,12 @@ def train_grpo(
         rollout_func.run_async(rollgate.aclose())
         rollout_func.close()
     model.eval()
+    stats = getattr(rollout_func, "stats", None)
     return GRPOResult(
-        steps=trainer.state.global_step, seconds=time.perf_counter() - started, train_reward=rewards, episodes=episodes
+        steps=trainer.state.global_step,
+        seconds=time.perf_counter() - started,
+        train_reward=rewards,
+        episodes=episodes,
+        step_seconds=step_seconds,
+        async_stats=stats.as_dict() if stats is not None else None,
     )

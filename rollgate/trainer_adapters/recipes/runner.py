@@ -48,6 +48,21 @@ class Measurement:
     report: str | None = None  # where the evaluation's report directory is
 
 
+def rl_timing(cfg: RecipeConfig, info: dict[str, Any]) -> dict[str, Any]:
+    """The GRPO phase's mode, wall time per step (held-out evaluation excluded) and, when
+    asynchronous, how many rollouts were dropped as too stale (never trained on)."""
+    steps = info.get("rl_step_seconds") or []
+    stats = info.get("rl_async")
+    return {
+        "rl_mode": cfg.grpo.mode,
+        "rl_max_staleness": cfg.grpo.max_staleness if cfg.grpo.mode == "async" else 0,
+        "rl_step_seconds": steps,
+        "rl_seconds_per_step": round(sum(steps) / len(steps), 3) if steps else None,
+        "rl_stale_dropped": stats["dropped_stale"] if stats else 0,
+        "rl_async": stats,
+    }
+
+
 class Evaluator(Protocol):
     def __call__(self, model_dir: Path, label: str) -> Measurement: ...
 
@@ -180,6 +195,13 @@ class RecipeRun:
         self.state.save(self.layout.state)
 
     def run(self) -> dict[str, Any]:
+        self.prepare()
+        self._phase("rl", self._rl)
+        return self._finish()
+
+    def prepare(self) -> Path:
+        """Every phase before GRPO (data, init, before, sft); the post-SFT checkpoint's path.
+        benchmarks/bench_async_rl.py starts its GRPO runs from it."""
         import torch
 
         torch.manual_seed(self.cfg.seed)
@@ -187,8 +209,7 @@ class RecipeRun:
         self._phase("init", self._init)
         self._phase("before", self._before)
         self._phase("sft", self._sft)
-        self._phase("rl", self._rl)
-        return self._finish()
+        return self.layout.checkpoint("sft")
 
     # phases
 
@@ -249,7 +270,13 @@ class RecipeRun:
         if self.state.curve[-1]["phase"] != "rl":  # stopped before its last step: measure what it reached
             self._measure(model, tok, "rl", base + result.steps, f"rl-step-{result.steps}")
         _save(model, tok, self.layout.model)
-        self.state.info.update(rl_steps=result.steps, rl_train_reward=result.train_reward, rl_episodes=result.episodes)
+        self.state.info.update(
+            rl_steps=result.steps,
+            rl_train_reward=result.train_reward,
+            rl_episodes=result.episodes,
+            rl_step_seconds=result.step_seconds,
+            rl_async=result.async_stats,
+        )
 
     def _finish(self) -> dict[str, Any]:
         from rollgate.trainer_adapters.recipes.plot import plot_curve
@@ -288,6 +315,7 @@ class RecipeRun:
             "curve": curve,
             "rl_train_reward": info.get("rl_train_reward"),
             "rl_episodes": info.get("rl_episodes"),
+            **rl_timing(cfg, info),
             "config": cfg.as_dict(),
         }
         (self.layout.root / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
