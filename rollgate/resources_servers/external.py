@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from rollgate.core.errors import BadRequest
 from rollgate.core.settings import EnvEntry
 
 if TYPE_CHECKING:
+    from rollgate.resources_servers.base import Environment
     from rollgate.resources_servers.registry import EnvSpec
+
+E = TypeVar("E", bound=BaseModel)
 
 # kind -> "module:function" building its EnvSpec; imported only when an entry of that kind is used
 KINDS: dict[str, str] = {
@@ -67,3 +72,44 @@ def spec_from_entry(entry: EnvEntry | dict[str, Any], where: str | None = None) 
     if spec.name != entry.name:
         spec = type(spec)(**{**spec.__dict__, "name": entry.name})
     return spec
+
+
+# --- for the kinds' spec_from_config ----------------------------------------------------------
+
+
+def parse_options(model: type[E], options: dict[str, Any], where: str) -> E:
+    """A kind's options, validated; the first error names the entry and the field."""
+    try:
+        return model.model_validate(options)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        raise BadRequest(f"{where}{'.' + loc if loc else ''}: {msg}", component="env", field="envs") from None
+
+
+def configured_spec(
+    base: type[Environment],
+    *,
+    name: str,
+    kind: str,
+    description: str,
+    where: str,
+    build: Callable[[type[Environment]], Environment],
+    available: bool = True,
+    reason: str | None = None,
+) -> EnvSpec:
+    """The EnvSpec of an entry: a subclass of the kind's environment named after the entry (its
+    tools and description are what `rollgate envs` lists), built by `build(subclass)`."""
+    from rollgate.resources_servers.registry import EnvSpec
+
+    cls = type(f"{kind}_{name}", (base,), {"name": name, "description": description, "__module__": base.__module__})
+    return EnvSpec(
+        name=name,
+        env_class=cls,
+        factory=lambda **_: build(cls),
+        family=kind,
+        available=available,
+        reason=reason,
+        source=f"config {where}",
+    )

@@ -21,10 +21,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rollgate.core.errors import BadRequest
 from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
+from rollgate.resources_servers.external import configured_spec, parse_options
 from rollgate.resources_servers.interop.mcp_client import MCPServer, MCPSessionState, MCPToolsEnvironment
 from rollgate.resources_servers.registry import EnvSpec
 
@@ -82,19 +83,10 @@ def _load_verifier(path: str, where: str) -> Callable[..., Any]:
 
 
 def spec_from_config(options: dict[str, Any], where: str) -> EnvSpec:
-    try:
-        entry = MCPEntry.model_validate(options)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err.get("loc", ()))
-        raise BadRequest(
-            f"{where}{'.' + loc if loc else ''}: {err.get('msg')}", component="env", field="envs"
-        ) from None
+    entry = parse_options(MCPEntry, options, where)
     verifier = _load_verifier(entry.verifier, where)
 
     class ConfiguredMCPEnvironment(MCPToolsEnvironment):
-        name = entry.name
-        description = entry.description or f"tools of {entry.server().describe()}"
         State = ConfiguredMCPState
         tool_timeout_s = entry.tool_timeout_s
         idle_timeout_s = entry.idle_timeout_s
@@ -110,11 +102,11 @@ def spec_from_config(options: dict[str, Any], where: str) -> EnvSpec:
                 return result
             return VerifyResult(reward=float(result))
 
-    ConfiguredMCPEnvironment.__name__ = ConfiguredMCPEnvironment.__qualname__ = f"MCP_{entry.name}"
-    return EnvSpec(
+    return configured_spec(
+        ConfiguredMCPEnvironment,
         name=entry.name,
-        env_class=ConfiguredMCPEnvironment,
-        factory=lambda **_: ConfiguredMCPEnvironment(entry.server()),
-        family="mcp",
-        source=f"config {where}",
+        kind="mcp",
+        description=entry.description or f"tools of {entry.server().describe()}",
+        where=where,
+        build=lambda cls: cls(entry.server()),
     )

@@ -32,11 +32,12 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rollgate.core.errors import BadRequest, ProtocolError, UpstreamError
+from rollgate.core.errors import ProtocolError, UpstreamError
 from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import Environment, ToolError, ToolSpec
+from rollgate.resources_servers.external import configured_spec, parse_options
 from rollgate.resources_servers.interop import nemo_gym_wire as wire
 from rollgate.resources_servers.interop.nemo_gym_http import (
     COMPONENT,
@@ -320,41 +321,22 @@ class NemoGymEntry(BaseModel):
         return [u.rstrip("/") for u in urls]
 
 
-def _bad(where: str, exc: ValidationError) -> BadRequest:
-    err = exc.errors()[0]
-    loc = ".".join(str(x) for x in err.get("loc", ()))
-    msg = str(err.get("msg", "")).removeprefix("Value error, ")
-    return BadRequest(f"{where}{'.' + loc if loc else ''}: {msg}", component="env", field="envs")
-
-
 def spec_from_config(options: dict[str, Any], where: str) -> EnvSpec:
     """The EnvSpec of one entry. Nothing is contacted here: building the environment (start-up of
     the process that serves it) reads each replica's /openapi.json and fails naming the URL."""
-    try:
-        entry = NemoGymEntry.model_validate(options)
-    except ValidationError as exc:
-        raise _bad(where, exc) from None
-
-    class ConfiguredNemoGym(NemoGymEnvironment):
-        name = entry.name
-        description = entry.description or f"NeMo Gym resources server at {', '.join(entry.urls)}"
-
-    ConfiguredNemoGym.__name__ = ConfiguredNemoGym.__qualname__ = f"NemoGym_{entry.name}"
-
-    def build(**_: Any) -> NemoGymEnvironment:
-        return ConfiguredNemoGym(
+    entry = parse_options(NemoGymEntry, options, where)
+    return configured_spec(
+        NemoGymEnvironment,
+        name=entry.name,
+        kind="nemo_gym",
+        description=entry.description or f"NeMo Gym resources server at {', '.join(entry.urls)}",
+        where=where,
+        build=lambda cls: cls(
             entry.urls,
             tool_timeout_s=entry.tool_timeout_s,
             verify_timeout_s=entry.verify_timeout_s,
             seed_timeout_s=entry.seed_timeout_s,
             connect_timeout_s=entry.connect_timeout_s,
             http_500_to_model=entry.http_500_to_model,
-        )
-
-    return EnvSpec(
-        name=entry.name,
-        env_class=ConfiguredNemoGym,
-        factory=build,
-        family="nemo_gym",
-        source=f"config {where}",
+        ),
     )

@@ -38,12 +38,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest, CapacityError, ProtocolError, UpstreamError
 from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import Environment, ToolError
+from rollgate.resources_servers.external import configured_spec, parse_options
 from rollgate.resources_servers.interop.openenv_local import OpenEnvClass
 from rollgate.resources_servers.interop.openenv_targets import (
     COMPONENT,
@@ -339,35 +340,19 @@ class OpenEnvEntry(BaseModel):
         return OpenEnvClass.load(self.env_class or "", action_class=self.action_class, kwargs=self.env_kwargs)
 
 
-def _bad(where: str, exc: ValidationError) -> BadRequest:
-    err = exc.errors()[0]
-    loc = ".".join(str(x) for x in err.get("loc", ()))
-    msg = str(err.get("msg", "")).removeprefix("Value error, ")
-    return BadRequest(f"{where}{'.' + loc if loc else ''}: {msg}", component="env", field="envs")
-
-
 def spec_from_config(options: dict[str, Any], where: str) -> EnvSpec:
     """The EnvSpec of one entry. Nothing is imported or contacted here: building the environment
     (start-up of the process serving it) does that, and its errors name the entry too."""
-    try:
-        entry = OpenEnvEntry.model_validate(options)
-    except ValidationError as exc:
-        raise _bad(where, exc) from None
+    entry = parse_options(OpenEnvEntry, options, where)
     need = "openenv" if entry.env_class else "websockets"
     available = importlib.util.find_spec(need) is not None
 
-    class ConfiguredOpenEnv(OpenEnvEnvironment):
-        name = entry.name
-        description = entry.description or f"OpenEnv environment {entry.env_class or entry.url}"
-
-    ConfiguredOpenEnv.__name__ = ConfiguredOpenEnv.__qualname__ = f"OpenEnv_{entry.name}"
-
-    def build(**_: Any) -> OpenEnvEnvironment:
+    def build(cls: type[OpenEnvEnvironment]) -> OpenEnvEnvironment:
         try:
             target = entry.target()
         except ValueError as exc:
             raise BadRequest(f"{where}.{exc}", component="env", field="envs") from None
-        return ConfiguredOpenEnv(
+        return cls(
             target,
             reward=entry.reward,
             tools=entry.tools,
@@ -376,12 +361,13 @@ def spec_from_config(options: dict[str, Any], where: str) -> EnvSpec:
             max_sessions=entry.max_sessions,
         )
 
-    return EnvSpec(
+    return configured_spec(
+        OpenEnvEnvironment,
         name=entry.name,
-        env_class=ConfiguredOpenEnv,
-        factory=build,
-        family="openenv",
+        kind="openenv",
+        description=entry.description or f"OpenEnv environment {entry.env_class or entry.url}",
+        where=where,
+        build=build,
         available=available,
         reason=None if available else f'the {need} package is missing: pip install "rollgate[interop]"',
-        source=f"config {where}",
     )
