@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import logging
 import secrets
 import shlex
@@ -46,9 +45,9 @@ from rollgate.core import jsonutil
 from rollgate.core.errors import UpstreamError, UpstreamTimeout
 from rollgate.core.schemas import TaskRow
 from rollgate.resources_servers.base import Environment, ToolError
-from rollgate.resources_servers.interop.tool_specs import PassThroughArguments as _Arguments
 from rollgate.resources_servers.interop.tool_specs import PerInstance as _PerInstance
 from rollgate.resources_servers.interop.tool_specs import SchemaToolSpec as MCPToolSpec
+from rollgate.resources_servers.interop.tool_specs import bind_tool
 
 log = logging.getLogger("rollgate.interop.mcp")
 
@@ -268,17 +267,7 @@ class MCPToolsEnvironment(Environment):
             schema = dict(t.inputSchema or {"type": "object", "properties": {}})
             schema.setdefault("properties", {})
             self._validators[t.name] = jsonschema.Draft202012Validator(schema)
-            attr = f"_mcp_tool_{i}"
-            setattr(self, attr, functools.partial(self._call, t.name))
-            specs[t.name] = MCPToolSpec(
-                name=t.name,
-                description=t.description or "",
-                params=_Arguments,
-                method_name=attr,
-                blocking=False,
-                is_async=True,
-                input_schema=schema,
-            )
+            specs[t.name] = bind_tool(self, f"_mcp_tool_{i}", self._call, t.name, t.description or "", schema)
         return specs
 
     tool_specs = _PerInstance(lambda env: {} if env is None else env._specs)  # type: ignore[assignment]

@@ -24,7 +24,6 @@ not among the row's tools is refused before anything is sent.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import re
@@ -47,7 +46,7 @@ from rollgate.resources_servers.interop.nemo_gym_http import (
     read_json,
     snippet,
 )
-from rollgate.resources_servers.interop.tool_specs import PassThroughArguments, PerInstance, SchemaToolSpec
+from rollgate.resources_servers.interop.tool_specs import PerInstance, SchemaToolSpec, bind_tool
 from rollgate.resources_servers.registry import EnvSpec
 
 log = logging.getLogger("rollgate.interop.nemo_gym")
@@ -162,17 +161,7 @@ class NemoGymEnvironment(Environment):
             ) from None
 
     def _spec(self, name: str, description: str, schema: dict[str, Any]) -> SchemaToolSpec:
-        attr = f"_ng_tool_{next(self._dynamic_attrs)}"
-        setattr(self, attr, functools.partial(self._call, name))
-        return SchemaToolSpec(
-            name=name,
-            description=description,
-            params=PassThroughArguments,
-            method_name=attr,
-            blocking=False,
-            is_async=True,
-            input_schema=schema,
-        )
+        return bind_tool(self, f"_ng_tool_{next(self._dynamic_attrs)}", self._call, name, description, schema)
 
     def _dynamic_spec(self, name: str) -> SchemaToolSpec:
         # The schema the model saw is the row's; the server checks the arguments itself.

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
 import importlib.util
 import re
 import secrets
@@ -54,7 +53,7 @@ from rollgate.resources_servers.interop.openenv_targets import (
     call_tool_text,
     observation_text,
 )
-from rollgate.resources_servers.interop.tool_specs import PassThroughArguments, PerInstance, SchemaToolSpec
+from rollgate.resources_servers.interop.tool_specs import PerInstance, SchemaToolSpec, bind_tool
 from rollgate.resources_servers.registry import EnvSpec
 
 OVER = "the episode is over (the environment reported done): answer without calling tools"
@@ -127,17 +126,7 @@ class OpenEnvEnvironment(Environment):
         schema.setdefault("type", "object")
         schema.setdefault("properties", {})
         self._validators[name] = jsonschema.Draft202012Validator(schema)
-        attr = f"_openenv_tool_{i}"
-        setattr(self, attr, functools.partial(self._call, name))
-        return SchemaToolSpec(
-            name=name,
-            description=description,
-            params=PassThroughArguments,
-            method_name=attr,
-            blocking=False,
-            is_async=True,
-            input_schema=schema,
-        )
+        return bind_tool(self, f"_openenv_tool_{i}", self._call, name, description, schema)
 
     def _step_tool(self, action: dict[str, Any]) -> dict[str, SchemaToolSpec]:
         self._validators: dict[str, Any] = {}

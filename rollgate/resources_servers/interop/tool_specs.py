@@ -5,6 +5,7 @@ judge."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,3 +46,20 @@ class PerInstance:
         if obj is None:
             return lambda: self.build(None)
         return lambda: self.build(obj)
+
+
+def bind_tool(
+    env: Any, attr: str, call: Callable[..., Any], name: str, description: str, schema: dict[str, Any]
+) -> SchemaToolSpec:
+    """A tool of `env` that forwards to `call(name, state, arguments)`: bound to the instance as
+    `attr` (EnvRuntime calls tools by method name), its arguments passed through whole."""
+    setattr(env, attr, functools.partial(call, name))
+    return SchemaToolSpec(
+        name=name,
+        description=description,
+        params=PassThroughArguments,
+        method_name=attr,
+        blocking=False,
+        is_async=True,
+        input_schema=schema,
+    )
