@@ -1,7 +1,8 @@
-"""`rollgate demo`: the first run. Builds the tiny model if missing, collects a few rollouts of
-each shipped environment's examples and of a few reasoning_gym datasets (when reasoning-gym is
-installed: rows generated on the spot, `rollgate tasks`) on the embedded stack, and prints a
-per-environment summary.
+"""`rollgate demo`: the first run. Builds the tiny model if missing (with `--trained`, a trained
+model instead: the `tiny-math-demo` recipe's SFT phase on math demonstrations, built once and
+cached in Rollgate's home), collects a few rollouts of each shipped environment's examples and of a
+few reasoning_gym datasets (when reasoning-gym is installed: rows generated on the spot, `rollgate
+tasks`) on the embedded stack, and prints a per-environment summary.
 
 Example rows are read from, in order: --examples DIR; `examples/` beside the installed package
 (a source checkout or an editable install); `rollgate/examples/` inside the package (a wheel that
@@ -18,12 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from rollgate.commands.serve import add_common_flags
-from rollgate.core.settings import Settings
+from rollgate.core.settings import ModelSettings, Settings
 
 # Small by default: the demo should finish in a couple of minutes on a 2-core laptop.
 DEFAULT_TASKS_PER_ENV = 3
 DEFAULT_MAX_OUTPUT_TOKENS = 32
 DEFAULT_MAX_TURNS = 3
+# The trained checkpoint `--trained` serves (built once into <home>/<recipe>-model); its
+# tool calls and answers take up to ~45 tokens a turn, more than the untrained model's budget.
+DEMO_RECIPE = "tiny-math-demo"
+DEMO_RECIPE_ENV = "math"
+DEMO_TRAINED_MIN_TOKENS = 64
 # quick to generate and to score; shown when the `envs` extra is installed
 DEMO_GENERATED_ENVS = ("reasoning_gym/chain_sum", "reasoning_gym/letter_counting", "reasoning_gym/spell_backward")
 
@@ -48,7 +54,38 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--examples", metavar="DIR", help="directory of <env>.jsonl example rows")
     p.add_argument("--out", metavar="FILE", help="trajectories file (default: <home>/demo/rollouts.jsonl)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--trained",
+        action="store_true",
+        help=f"serve a model trained by the {DEMO_RECIPE} recipe's SFT phase (built once, minutes on 2 cores; "
+        "then cached), sampled greedily, instead of the untrained tiny model",
+    )
     add_common_flags(p)
+
+
+def trained_model(settings: Settings, src: Path) -> Path:
+    """The demo recipe's SFT checkpoint in Rollgate's home: built once (printing what it does), then
+    reused. The demo's own example rows are kept out of its training data, so what the summary
+    scores is held out."""
+    from rollgate.core import jsonutil
+    from rollgate.resources_servers.families.splits import row_key
+    from rollgate.trainer_adapters.recipes import get_recipe
+    from rollgate.trainer_adapters.recipes.demo_model import ensure_sft_model
+
+    cfg = get_recipe(DEMO_RECIPE)
+    path = Path(settings.home) / f"{DEMO_RECIPE}-model"
+    rows_file = src / f"{cfg.env}.jsonl"
+    rows = [jsonutil.loads(r) for r in rows_file.read_bytes().splitlines() if r.strip()] if rows_file.is_file() else []
+    exclude = {row_key(cfg.env, r) for r in rows}
+    print(f"model: {path} (the {DEMO_RECIPE} recipe's SFT checkpoint, built now if missing)", file=sys.stderr)
+
+    def say(line: str) -> None:
+        print(f"  {line}", file=sys.stderr)
+
+    _, built = ensure_sft_model(cfg, path, exclude_keys=exclude, progress=say)
+    if built:
+        say(f"built and cached in {path}: later demos reuse it")
+    return path
 
 
 def examples_dir(explicit: str | None) -> Path | None:
@@ -145,14 +182,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"rollgate demo: no examples for {', '.join(wanted)} in {src}", file=sys.stderr)
         return 2
     settings.envs = envs
-    settings.agent.max_turns = args.max_turns
-    settings.agent.max_output_tokens_per_call = args.max_output_tokens
-    settings.agent.max_output_tokens = args.max_output_tokens * args.max_turns
+    sampling: dict[str, Any] = {}
     if settings.model.backend == "local":
         from rollgate.model_server.tiny import ensure_tiny_model
 
-        print(f"model: {settings.model.model_path} (built now if missing)", file=sys.stderr)
-        ensure_tiny_model(settings.model.model_path)
+        if not args.trained or settings.model.model_path != ModelSettings().model_path or DEMO_RECIPE_ENV not in envs:
+            print(f"model: {settings.model.model_path} (built now if missing)", file=sys.stderr)
+            ensure_tiny_model(settings.model.model_path)
+        else:
+            settings.model.model_path = str(trained_model(settings, src))
+            args.max_output_tokens = max(args.max_output_tokens, DEMO_TRAINED_MIN_TOKENS)
+            sampling["temperature"] = 0.0  # greedy: what the model learned, as its recipe measures it
+    settings.agent.max_turns = args.max_turns
+    settings.agent.max_output_tokens_per_call = args.max_output_tokens
+    settings.agent.max_output_tokens = args.max_output_tokens * args.max_turns
     home = Path(settings.home) / "demo"
     tasks = home / "tasks.jsonl"
     out = Path(args.out) if args.out else home / "rollouts.jsonl"
@@ -171,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
             client,
             tasks,
             out,
-            sampling={"max_output_tokens": args.max_output_tokens},
+            sampling={**sampling, "max_output_tokens": args.max_output_tokens},
             policy_version="demo",
             on_total=lambda n: bar.reset(total=n),
             on_record=lambda r, s: bar.update(1),

@@ -1,0 +1,147 @@
+"""A recipe's supervised phase alone, as a cached checkpoint: what `rollgate demo` serves so that a
+new user sees a model that learned something, not the untrained tiny model's zeros.
+
+`ensure_sft_model(cfg, path)` runs the recipe's data, init and sft phases (no held-out evaluation,
+no GRPO) once, and reuses the checkpoint while its stamp matches: the recipe's settings, the tiny
+model's build version and the excluded rows. It needs only torch and transformers (the base
+install): no TRL, accelerate, datasets or matplotlib. Rows the caller will show (the demo's
+example rows) are excluded from training by content, so what the demo scores was never trained on.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from rollgate.core.errors import BadRequest
+from rollgate.model_server.tiny import RECIPE_VERSION, is_model_dir, make_world_readable
+from rollgate.trainer_adapters.recipes.config import RecipeConfig
+
+log = logging.getLogger("rollgate.train")
+
+STAMP = "rollgate_recipe.json"
+Progress = Callable[[str], None]
+
+
+def stamp_of(cfg: RecipeConfig, exclude_keys: Iterable[str]) -> dict[str, Any]:
+    """What a cached checkpoint was built from; any change rebuilds it."""
+    keys = sorted(set(exclude_keys))
+    return {
+        "recipe": cfg.name,
+        "config": json.loads(json.dumps(cfg.as_dict())),
+        "tiny_recipe_version": RECIPE_VERSION,
+        "excluded": hashlib.sha256("\n".join(keys).encode()).hexdigest(),
+    }
+
+
+def is_built(path: Path, stamp: dict[str, Any]) -> bool:
+    try:
+        return is_model_dir(path) and json.loads((path / STAMP).read_text()) == stamp
+    except (OSError, ValueError):
+        return False
+
+
+def train_rows(cfg: RecipeConfig, exclude_keys: set[str]) -> list[dict[str, Any]]:
+    """The recipe's train split, less any row whose content is excluded."""
+    from rollgate.resources_servers.families.splits import row_key
+    from rollgate.trainer_adapters.recipes.data import generate_tasks
+
+    train, _ = generate_tasks(cfg)
+    return [r for r in train if row_key(cfg.env, r) not in exclude_keys]
+
+
+def build_sft_model(
+    cfg: RecipeConfig, out: Path, *, exclude_keys: Iterable[str] = (), progress: Progress | None = None
+) -> Path:
+    """Gold demonstrations (played through the agent loop, exported as SFT), the recipe's initial
+    model, then its SFT phase; the checkpoint is written into `out` with its stamp."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rollgate.trainer_adapters.recipes.data import collect_gold, sft_records, template_tools, tokenize_messages
+    from rollgate.trainer_adapters.recipes.policy import build_policy
+    from rollgate.trainer_adapters.recipes.sft_phase import train_sft
+
+    say = progress or log.info
+    excluded = set(exclude_keys)
+    started = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".build.", dir=out))
+    try:
+        torch.manual_seed(cfg.seed)
+        rows = train_rows(cfg, excluded)
+        if not rows:
+            raise BadRequest(f"recipe {cfg.name}: every training task is excluded", component="train", field="exclude")
+        say(f"{cfg.name}: playing {len(rows)} gold {cfg.env} demonstrations through the agent loop")
+        sft_file, _ = collect_gold(cfg, rows, work)
+        tools = template_tools(cfg.env)
+        records = sft_records(sft_file)
+        init = build_policy(cfg, work / "init", records, tools)
+        model, tok = AutoModelForCausalLM.from_pretrained(init), AutoTokenizer.from_pretrained(init)
+        examples = [tokenize_messages(tok, r["messages"], tools) for r in records]
+        total = max(1, int(len(examples) // cfg.sft.batch_size * cfg.sft.epochs + 0.999999))
+        say(f"{cfg.name}: supervised fine-tuning, {total} steps of {cfg.sft.batch_size} demonstrations")
+        every = max(1, total // 5)
+
+        def on_step(step: int, loss: float) -> None:
+            if step % every == 0 or step == total:
+                say(f"{cfg.name}: SFT step {step}/{total}, loss {loss:.3f} ({time.perf_counter() - started:.0f}s)")
+
+        result = train_sft(model, examples, cfg.sft, pad_id=tok.pad_token_id, seed=cfg.seed, on_step=on_step)
+        model.save_pretrained(out)
+        tok.save_pretrained(out)
+        stamp = stamp_of(cfg, excluded) | {
+            "sft_steps": result.steps,
+            "sft_final_loss": round(result.final_loss, 4),
+            "demonstrations": len(examples),
+            "seconds": round(time.perf_counter() - started, 1),
+        }
+        (out / STAMP).write_text(json.dumps(stamp, indent=1) + "\n")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    make_world_readable(out)
+    return out
+
+
+def ensure_sft_model(
+    cfg: RecipeConfig, path: Path, *, exclude_keys: Iterable[str] = (), progress: Progress | None = None
+) -> tuple[Path, bool]:
+    """(`path`, whether it was built now): builds the checkpoint there unless a complete one of the
+    same recipe, settings and exclusions is already there. Concurrent callers wait on a lock file;
+    the directory appears atomically."""
+    excluded = set(exclude_keys)
+    want = stamp_of(cfg, excluded)
+
+    def current() -> bool:
+        try:
+            raw = json.loads((path / STAMP).read_text())
+        except (OSError, ValueError):
+            return False
+        return is_model_dir(path) and {k: raw.get(k) for k in want} == want
+
+    if current():
+        return path, False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if current():
+            return path, False
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            build_sft_model(cfg, tmp, exclude_keys=excluded, progress=progress)
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return path, True
