@@ -237,6 +237,23 @@ class Health(BaseModel):
     component: str
 
 
+def install_error_handlers(app: FastAPI, component: str) -> None:
+    """Rollgate's error bodies for typed errors, request validation and anything unexpected
+    (every service's app, and sub-apps such as the OpenEnv face)."""
+
+    @app.exception_handler(RollgateError)
+    async def _rollgate_error(_: Request, exc: RollgateError):
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError):
+        return validation_response(exc, component)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception):
+        return internal_error_response(exc, component)
+
+
 def make_app(
     title: str,
     *,
@@ -258,21 +275,11 @@ def make_app(
         BodySizeLimit, max_body_bytes=max_body_bytes, component=component, per_path=app.state.body_limits
     )  # outermost
 
-    @app.exception_handler(RollgateError)
-    async def _rollgate_error(_: Request, exc: RollgateError):
-        return error_response(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError):
-        return validation_response(exc, component)
+    install_error_handlers(app, component)
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException):
         return http_error_response(app, request, exc, component)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception):
-        return internal_error_response(exc, component)
 
     install_openapi(app)
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from rollgate.core import jsonutil
+from rollgate.core.batching import TurnBatch
 from rollgate.core.errors import UpstreamError, UpstreamTimeout
 
 if TYPE_CHECKING:
@@ -63,28 +64,16 @@ def split_frames(message: bytes) -> list[bytes]:
     return out
 
 
-class Outbox:
-    """Frames written during one loop turn, sent together by one task on the next turn."""
+def outbox(write: Callable[[bytes], Any], on_error: Callable[[list[bytes], BaseException], None]) -> TurnBatch[bytes]:
+    """Frames written during one loop turn, sent as one message (`write`, async) on the next."""
 
-    def __init__(self, write: Callable[[bytes], Any], on_error: Callable[[list[bytes], BaseException], None]):
-        self.write = write  # async: sends one message
-        self.on_error = on_error
-        self.frames: list[bytes] = []
-        self.flushing: asyncio.Task | None = None
+    async def send(frames: list[bytes]) -> None:
+        try:
+            await write(join_frames(frames))
+        except Exception as exc:  # noqa: BLE001 - the connection broke: fail what it carried
+            on_error(frames, exc)
 
-    def put(self, frame: bytes) -> None:
-        self.frames.append(frame)
-        if self.flushing is None:
-            self.flushing = asyncio.get_running_loop().create_task(self._flush())
-
-    async def _flush(self) -> None:
-        while self.frames:
-            frames, self.frames = self.frames, []
-            try:
-                await self.write(join_frames(frames))
-            except Exception as exc:  # noqa: BLE001 - the connection broke: fail what it carried
-                self.on_error(frames, exc)
-        self.flushing = None
+    return TurnBatch(send)
 
 
 NOT_HERE = 421  # the answer when no hot route serves a path: the client sends it over HTTP instead
@@ -133,12 +122,12 @@ async def serve_channel(
             await send({"type": "websocket.send", "bytes": message})
 
     # the client went away: nobody to answer
-    outbox = Outbox(write, lambda frames, exc: log.debug("channel: %d answers undelivered: %s", len(frames), exc))
+    answers = outbox(write, lambda frames, exc: log.debug("channel: %d answers undelivered: %s", len(frames), exc))
 
     async def one(rid: int, method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         try:
             status, out = await respond(method, path, body, headers)
-            outbox.put(_RESP.pack(rid, status) + out)
+            answers.put(_RESP.pack(rid, status) + out)
         finally:
             slots.release()
 
@@ -190,7 +179,7 @@ class Channel:
         self._pending: dict[int, asyncio.Future] = {}
         self._next = 0
         self._hits = self._misses = 0
-        self._outbox: Outbox | None = None
+        self._outbox: TurnBatch[bytes] | None = None
         self._outbox_ws: aiohttp.ClientWebSocketResponse | None = None
 
     async def _connect(self, session: aiohttp.ClientSession) -> aiohttp.ClientWebSocketResponse:
@@ -258,7 +247,7 @@ class Channel:
         fut = self._pending[rid] = loop.create_future()
         timer = loop.call_later(timeout_s, self._expire, rid, method, path, timeout_s)
         if self._outbox is None or self._outbox_ws is not ws:
-            self._outbox, self._outbox_ws = Outbox(ws.send_bytes, self._unsent), ws
+            self._outbox, self._outbox_ws = outbox(ws.send_bytes, self._unsent), ws
         self._outbox.put(pack_request(rid, method, self.prefix + path, body, headers))
         try:
             status, out = await fut

@@ -3,9 +3,11 @@ mapping (Redis down or slow is a transient UpstreamError naming the component)."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
+from rollgate.core.batching import TurnBatch
 from rollgate.core.errors import UpstreamError
 
 T = TypeVar("T")
@@ -49,52 +51,42 @@ class ScriptBatch:
 
     def __init__(self, client: Any):
         self.client = client
-        self._queue: list[tuple[Any, list, list, Any]] = []
-        self._flushing: Any = None
+        self._calls: TurnBatch[tuple[Any, list, list, Any]] = TurnBatch(self._run)
 
     def wrap(self, script: Any):
         """`script(keys=..., args=...)`, batched."""
 
         def call(keys: list, args: list) -> Awaitable[Any]:
-            import asyncio
-
             fut = asyncio.get_running_loop().create_future()
-            self._queue.append((script, keys, args, fut))
-            if self._flushing is None:
-                self._flushing = asyncio.get_running_loop().create_task(self._flush())
+            self._calls.put((script, keys, args, fut))
             return fut
 
         return call
 
-    async def _flush(self) -> None:
+    async def _run(self, batch: list[tuple[Any, list, list, Any]]) -> None:
+        if len(batch) == 1:  # nothing to share: the plain call is cheaper than a pipeline
+            script, keys, args, fut = batch[0]
+            try:
+                result = await script(keys=keys, args=args)
+            except Exception as exc:  # noqa: BLE001 - delivered to its caller
+                _settle(fut, exc=exc)
+            else:
+                _settle(fut, result=result)
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for script, keys, args, _ in batch:
+            await script(keys=keys, args=args, client=pipe)  # queues the EVALSHA
         try:
-            while self._queue:
-                batch, self._queue = self._queue, []
-                if len(batch) == 1:  # nothing to share: the plain call is cheaper than a pipeline
-                    script, keys, args, fut = batch[0]
-                    try:
-                        result = await script(keys=keys, args=args)
-                    except Exception as exc:  # noqa: BLE001 - delivered to its caller
-                        _settle(fut, exc=exc)
-                    else:
-                        _settle(fut, result=result)
-                    continue
-                pipe = self.client.pipeline(transaction=False)
-                for script, keys, args, _ in batch:
-                    await script(keys=keys, args=args, client=pipe)  # queues the EVALSHA
-                try:
-                    results = await pipe.execute(raise_on_error=False)
-                except Exception as exc:  # noqa: BLE001 - the connection failed: every call fails
-                    for *_, fut in batch:
-                        _settle(fut, exc=exc)
-                    continue
-                for (*_, fut), result in zip(batch, results, strict=True):
-                    if isinstance(result, Exception):
-                        _settle(fut, exc=result)
-                    else:
-                        _settle(fut, result=result)
-        finally:
-            self._flushing = None
+            results = await pipe.execute(raise_on_error=False)
+        except Exception as exc:  # noqa: BLE001 - the connection failed: every call fails
+            for *_, fut in batch:
+                _settle(fut, exc=exc)
+            return
+        for (*_, fut), result in zip(batch, results, strict=True):
+            if isinstance(result, Exception):
+                _settle(fut, exc=result)
+            else:
+                _settle(fut, result=result)
 
 
 def _settle(fut: Any, *, result: Any = None, exc: BaseException | None = None) -> None:

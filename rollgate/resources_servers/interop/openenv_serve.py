@@ -24,13 +24,12 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
-from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import Receive, Scope, Send
 
 from rollgate import __version__
 from rollgate.core import jsonutil
-from rollgate.core.app import FastJSONResponse, error_response, internal_error_response, validation_response
+from rollgate.core.app import FastJSONResponse, install_error_handlers
 from rollgate.core.errors import BadRequest, CapacityError, NotFound, RollgateError
 from rollgate.resources_servers.base import EnvRuntime
 from rollgate.resources_servers.interop.openenv_episode import (
@@ -264,17 +263,7 @@ class OpenEnvFace:
             default_response_class=FastJSONResponse,
         )
 
-        @app.exception_handler(RollgateError)
-        async def _rollgate_error(_: Request, exc: RollgateError):
-            return error_response(exc)
-
-        @app.exception_handler(RequestValidationError)
-        async def _validation_error(_: Request, exc: RequestValidationError):
-            return validation_response(exc, COMPONENT)
-
-        @app.exception_handler(Exception)
-        async def _unexpected(_: Request, exc: Exception):
-            return internal_error_response(exc, COMPONENT)
+        install_error_handlers(app, COMPONENT)
 
         schemas = {
             "action": action_schema(runtime.tools()),
