@@ -3,6 +3,7 @@ held-out reward of each.
 
     python -m benchmarks.bench_async_rl --out runs/bench-async-rl              # tiny-math, 10 steps x 2 rounds
     python -m benchmarks.bench_async_rl --out runs/bench-async-rl --steps 20 --rounds 3 --max-staleness 2
+    python -m benchmarks.bench_async_rl --out runs/tiny-math --from-run --steps 10   # from a `rollgate train` run's SFT
 
 The recipe's phases before GRPO (data, the model, SFT) run once (`--out` keeps them: a re-run with
 the same directory and settings goes on from there). Then GRPO runs from the same post-SFT
@@ -33,6 +34,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipe", default="tiny-math")
     p.add_argument("--out", required=True, help="working directory (the recipe's data and SFT are kept there)")
+    p.add_argument(
+        "--from-run",
+        action="store_true",
+        help="--out is a finished `rollgate train` run of the recipe: start from its post-SFT checkpoint as it is",
+    )
     p.add_argument("--steps", type=int, default=10, help="GRPO steps of each run")
     p.add_argument("--rounds", type=int, default=2, help="runs of each mode, alternating")
     p.add_argument("--max-staleness", type=int, default=1, help="async: policy versions of staleness allowed")
@@ -124,12 +130,18 @@ def main(argv: list[str] | None = None) -> int:
     cfg = recipe(args)
     out = Path(args.out)
     evaluate = HeldoutEvaluator(cfg, out)
-    # The phases before GRPO, once (resumed when --out holds them for these settings).
     prep = time.perf_counter()
-    prepared = RecipeRun(cfg, out, evaluate, resume=(out / "state.json").exists())
-    sft = prepared.prepare()
+    if args.from_run:
+        import json
+
+        curve = json.loads((out / "state.json").read_text())["curve"]
+        sft = out / "work" / "sft-model"
+    else:  # the phases before GRPO, once (resumed when --out holds them for these settings)
+        prepared = RecipeRun(cfg, out, evaluate, resume=(out / "state.json").exists())
+        sft = prepared.prepare()
+        curve = prepared.state.curve
     prep_s = time.perf_counter() - prep
-    sft_reward = [p for p in prepared.state.curve if p["phase"] == "sft"][-1]["reward"]
+    sft_reward = [p for p in curve if p["phase"] == "sft"][-1]["reward"]
     runs = []
     for r in range(args.rounds):
         for mode in ("sync", "async"):

@@ -1,6 +1,6 @@
-"""`rollgate demo`: the first run. Builds the tiny model if missing (with `--trained`, a trained
-model instead: the `tiny-math-demo` recipe's SFT phase on math demonstrations, built once and
-cached in Rollgate's home), collects a few rollouts of each shipped environment's examples and of a
+"""`rollgate demo`: the first run. Serves a trained model (the `tiny-math-demo` recipe's SFT phase
+on math demonstrations, built on the first run and cached in Rollgate's home; `--untrained`: the
+untrained tiny model, built if missing), collects a few rollouts of each shipped environment's examples and of a
 few reasoning_gym datasets (when reasoning-gym is installed: rows generated on the spot, `rollgate
 tasks`) on the embedded stack, and prints a per-environment summary.
 
@@ -54,11 +54,20 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--examples", metavar="DIR", help="directory of <env>.jsonl example rows")
     p.add_argument("--out", metavar="FILE", help="trajectories file (default: <home>/demo/rollouts.jsonl)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument(
+    trained = p.add_mutually_exclusive_group()
+    trained.add_argument(
         "--trained",
+        dest="trained",
         action="store_true",
-        help=f"serve a model trained by the {DEMO_RECIPE} recipe's SFT phase (built once, minutes on 2 cores; "
-        "then cached), sampled greedily, instead of the untrained tiny model",
+        default=True,
+        help=f"serve the math policy trained by the {DEMO_RECIPE} recipe's SFT phase, sampled greedily (the "
+        "default: built on the first run, about 2.5 minutes on 2 cores, then cached)",
+    )
+    trained.add_argument(
+        "--untrained",
+        dest="trained",
+        action="store_false",
+        help="serve the untrained tiny model instead (rewards about 0; nothing to build)",
     )
     add_common_flags(p)
 

@@ -17,6 +17,7 @@ examples:
   rollgate train --recipe tiny-math --out runs/tiny-math
   rollgate train --recipe tiny-math --out runs/tiny-math --resume      # go on after an interruption
   rollgate train --recipe tiny-math --out runs/async --mode async --max-staleness 1
+  rollgate train --recipe tiny-math --out runs/gpu --backend unsloth     # GRPO through Unsloth on a CUDA GPU
 
 writes DIR/metrics.json, DIR/reward_curve.png, the trained checkpoint in DIR/model/, the held-out
 evaluation of every curve point in DIR/eval/<label>/ (`rollgate eval compare` reads them), and the
@@ -46,6 +47,13 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         metavar="K",
         help="async: train on rollouts at most K policy versions old; older ones are dropped and counted (default 1)",
     )
+    p.add_argument(
+        "--backend",
+        choices=("trl", "unsloth"),
+        default="trl",
+        help="GRPO trainer: trl (TRL's GRPOTrainer on the CPU; default) or unsloth (Unsloth's patched "
+        "GRPOTrainer on a CUDA GPU; docs/trainers/unsloth.md)",
+    )
     short = p.add_argument_group("overrides (a shortened run; metrics.json records the settings used)")
     short.add_argument("--train-tasks", type=int, metavar="N", help="training tasks (gold demos, GRPO prompts)")
     short.add_argument("--heldout-tasks", type=int, metavar="N", help="held-out tasks evaluated at each point")
@@ -71,6 +79,14 @@ def _overrides(cfg, args: argparse.Namespace):
     if staleness is not None and staleness < 1:
         raise BadRequest(f"--max-staleness must be >= 1, got {staleness}", component="train", field="--max-staleness")
     grpo = {"mode": mode, **({"max_staleness": staleness} if staleness is not None else {})}
+    backend = getattr(args, "backend", "trl") or "trl"
+    if backend == "unsloth":
+        from rollgate.trainer_adapters.unsloth import unsloth_problem
+
+        problem = unsloth_problem()
+        if problem:
+            raise BadRequest(f"--backend unsloth: {problem}", component="train", field="--backend")
+    grpo["backend"] = backend
     cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, **grpo))
     if args.sft_epochs is not None and not args.sft_epochs > 0:
         raise BadRequest(f"--sft-epochs must be > 0, got {args.sft_epochs}", component="train", field="--sft-epochs")
@@ -149,6 +165,10 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         cfg = _overrides(get_recipe(args.recipe), args)
+        if cfg.grpo.backend == "unsloth":
+            from rollgate.trainer_adapters.unsloth import patch_trl
+
+            patch_trl()  # before anything imports trl
         recipe = RecipeRun(cfg, out, HeldoutEvaluator(cfg, out), resume=args.resume)
         metrics = recipe.run()
     except RollgateError as exc:
@@ -165,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if metrics.get("rl_seconds_per_step") is not None:
         print(
-            f"GRPO {metrics['rl_mode']}: {metrics['rl_seconds_per_step']:.1f}s per step"
+            f"GRPO {metrics['rl_mode']} ({metrics['rl_backend']}): {metrics['rl_seconds_per_step']:.1f}s per step"
             + (f", {metrics['rl_stale_dropped']} stale rollouts dropped" if metrics["rl_mode"] == "async" else "")
         )
     print(

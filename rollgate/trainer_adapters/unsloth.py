@@ -2,12 +2,19 @@
 importing trl), keeping the `rollout_func` / `env_mask` contract, so the TRL adapter is used as is.
 What differs is the TRL versions Unsloth accepts; this module checks them before a run starts.
 
-Unsloth needs a CUDA GPU even to import, so nothing here imports it.
+Unsloth needs a CUDA GPU even to import, so importing this module never imports it: `unsloth_problem`
+says whether it can run here, `patch_trl` imports it (before trl, which it patches) and
+`load_policy` loads a checkpoint through `FastLanguageModel` for full fine-tuning.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 from importlib import metadata
+from pathlib import Path
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -23,6 +30,9 @@ from rollgate.trainer_adapters.trl import (
 __all__ = [
     "UNSLOTH_TRL_SPEC",
     "trl_version_problem",
+    "unsloth_problem",
+    "patch_trl",
+    "load_policy",
     "make_rollout_func",
     "RollgateRolloutFunc",
     "TaskIndex",
@@ -52,3 +62,44 @@ def trl_version_problem(trl_version: str | None = None) -> str | None:
             f"install trl>=1.0,<=1.15.0 next to unsloth"
         )
     return None
+
+
+def unsloth_problem() -> str | None:
+    """None when Unsloth can train here (a CUDA GPU, unsloth installed, a TRL both accept), else why
+    not, in words a user can act on."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "Unsloth needs a CUDA GPU and torch sees none (torch.cuda.is_available() is False); use --backend trl"
+    if importlib.util.find_spec("unsloth") is None:
+        return "unsloth is not installed: pip install unsloth 'trl>=1.0,<=1.15.0' (docs/trainers/unsloth.md)"
+    return trl_version_problem()
+
+
+def patch_trl() -> None:
+    """Import unsloth, which patches TRL's trainers in place. It must come before trl's first import:
+    a trl imported earlier keeps its unpatched classes, so that is an error, not a silent no-op."""
+    if "unsloth" in sys.modules:
+        return
+    if "trl" in sys.modules:
+        raise RuntimeError("trl was imported before unsloth, so Unsloth cannot patch it; import unsloth first")
+    os.environ.setdefault("UNSLOTH_DISABLE_STATISTICS", "1")  # no network: never phone home
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import unsloth  # noqa: F401
+
+
+def load_policy(path: Path, *, max_seq_length: int) -> tuple[Any, Any]:
+    """A local checkpoint through Unsloth, for full fine-tuning (no LoRA, no quantization: the
+    recipe's model is tiny), its tokenizer left as saved (the recipe's chat template is its own)."""
+    patch_trl()
+    from unsloth import FastLanguageModel
+
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=str(path),
+        max_seq_length=max_seq_length,
+        load_in_4bit=False,
+        full_finetuning=True,
+        fix_tokenizer=False,
+        use_gradient_checkpointing=False,
+    )
+    return model, tokenizer

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rollgate.core.metrics import Metrics
+from tests.devices import TEST_DEVICE
 
 CALC_TOOL = {
     "type": "function",
@@ -21,7 +22,7 @@ def local_stack(tiny_model_dir):
     from rollgate.model_server.service import ModelService
 
     metrics = Metrics()
-    backend = LocalBackend.from_pretrained(tiny_model_dir, device="cpu", metrics=metrics, weight_version="w0")
+    backend = LocalBackend.from_pretrained(tiny_model_dir, device=TEST_DEVICE, metrics=metrics, weight_version="w0")
     service = ModelService(backend, served_name="rollgate-tiny", metrics=metrics)
     yield service, backend, metrics
     backend.engine.close()

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from rollgate.core.errors import CapacityError
+from tests.devices import TEST_DEVICE
 
 
 def _req(prompt: str, **kw) -> dict:
@@ -65,7 +66,8 @@ async def test_same_seed_same_sample_and_log_probs_match_a_trainer_recompute(loc
     item = a["output"][0]
     prompt, gen = item["prompt_token_ids"], item["generation_token_ids"]
     with torch.no_grad():  # what a trainer computes: log_softmax(logits / T) of each sampled token
-        logits = backend.model(input_ids=torch.tensor([prompt + gen])).logits[0].float()
+        ids = torch.tensor([prompt + gen], device=backend.engine.device)
+        logits = backend.model(input_ids=ids).logits[0].float()
     logp = torch.log_softmax(logits[len(prompt) - 1 : -1] / 0.8, -1)
     expected = [float(logp[i, t]) for i, t in enumerate(gen)]
     assert item["generation_log_probs"] == pytest.approx(expected, abs=1e-4)
@@ -75,7 +77,7 @@ async def test_full_queue_answers_capacity_error(tiny_model_dir):
     from rollgate.model_server.local import LocalBackend
     from rollgate.model_server.service import ModelService
 
-    backend = LocalBackend.from_pretrained(tiny_model_dir, device="cpu", max_queue=2)
+    backend = LocalBackend.from_pretrained(tiny_model_dir, device=TEST_DEVICE, max_queue=2)
     service = ModelService(backend)
     try:
         results = await asyncio.gather(

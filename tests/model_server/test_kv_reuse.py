@@ -19,13 +19,14 @@ from rollgate.model_server.backend import SamplingParams
 from rollgate.model_server.kv_cache import PrefixKVCache
 from rollgate.model_server.local import LocalBackend
 from rollgate.model_server.structured import responses_format
+from tests.devices import TEST_DEVICE
 
 LOGPROB_TOL = 1e-4
 SYSTEM = "<|im_start|>system\nYou are an agent. Call a tool when it helps, then answer briefly.<|im_end|>\n"
 
 
 def _backend(path: str, reuse: bool, **kw) -> LocalBackend:
-    return LocalBackend.from_pretrained(path, device="cpu", weight_version="w0", kv_reuse=reuse, **kw)
+    return LocalBackend.from_pretrained(path, device=TEST_DEVICE, weight_version="w0", kv_reuse=reuse, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +205,9 @@ async def test_weight_update_invalidates_and_the_next_call_recomputes(tiny_model
         first = (await _episode(on, "Count the files.", turns=1, seed=None))[0]
         nxt = _extend(on.tokenizer, first.prompt_ids, first.token_ids, 0)
         gen_ = torch.Generator().manual_seed(0)
-        new = {n: p + 0.05 * torch.randn(p.shape, generator=gen_) for n, p in on.model.state_dict().items()}
+        new = {
+            n: p + 0.05 * torch.randn(p.shape, generator=gen_).to(p.device) for n, p in on.model.state_dict().items()
+        }
         invalidated = on.engine.kv.stats["invalidated"]
         for backend in (on, off):
             await asyncio.to_thread(backend.load_weights, new, "w1")

@@ -16,6 +16,7 @@ from safetensors.torch import save
 from rollgate.core.serving import serve_in_thread
 from rollgate.model_server.app import create_model_app
 from rollgate.model_server.weights import AdminAuth
+from tests.devices import TEST_DEVICE
 
 TOKEN = "weights-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -28,7 +29,7 @@ def server(tiny_model_dir):
     from rollgate.model_server.local import LocalBackend
     from rollgate.model_server.service import ModelService
 
-    backend = LocalBackend.from_pretrained(tiny_model_dir, device="cpu", weight_version="step-0")
+    backend = LocalBackend.from_pretrained(tiny_model_dir, device=TEST_DEVICE, weight_version="step-0")
     service = ModelService(backend, served_name="rollgate-tiny")
     app = create_model_app(service, weights_auth=AdminAuth(TOKEN, enabled=True))
     with serve_in_thread(app) as url:
@@ -37,7 +38,7 @@ def server(tiny_model_dir):
 
 
 def served(backend) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in backend.model.state_dict().items()}
+    return {k: v.detach().cpu().clone() for k, v in backend.model.state_dict().items()}
 
 
 def turn_version(url: str) -> str | None:

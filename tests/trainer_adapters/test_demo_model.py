@@ -105,7 +105,7 @@ def run_demo(capsys, *flags: str) -> tuple[str, str]:
 
 
 def test_the_demo_serves_the_trained_checkpoint_built_once(demo_home, capsys):
-    out, err = run_demo(capsys, "--trained")
+    out, err = run_demo(capsys)  # trained is the default
     model = demo_home / "tiny-math-demo-model"
     assert "tiny-math-demo recipe's SFT checkpoint" in err and "SFT step 1/1" in err and "built and cached" in err
     # The example rows the demo shows were kept out of training: the demonstrations are the train
@@ -124,7 +124,7 @@ def test_the_demo_serves_the_trained_checkpoint_built_once(demo_home, capsys):
     assert (model / "model.safetensors").stat().st_mtime_ns == before
 
 
-def test_without_trained_the_demo_serves_the_tiny_model(demo_home, capsys):
-    out, err = run_demo(capsys)
+def test_untrained_serves_the_tiny_model_and_builds_nothing(demo_home, capsys):
+    out, err = run_demo(capsys, "--untrained")
     assert "SFT" not in err and "math" in out
     assert not (demo_home / "tiny-math-demo-model").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -183,6 +184,23 @@ def test_resume_skips_finished_phases_and_refuses_other_settings(trained, short_
     assert "--resume" in capsys.readouterr().err
 
 
+def test_grpo_settings_may_change_on_resume_until_grpo_has_finished(trained, short_recipe, tmp_path, capsys):
+    run = tmp_path / "again"
+    shutil.copytree(trained, run)
+    state = json.loads((run / "state.json").read_text())
+    state["done"].remove("rl")  # as if GRPO had been interrupted
+    (run / "state.json").write_text(json.dumps(state))
+    assert main(["train", "--recipe", "tiny-math", "--out", str(run), "--resume", "--sft-epochs", "2"]) == 2
+    assert "only the GRPO settings may change" in capsys.readouterr().err
+    assert main(["train", "--recipe", "tiny-math", "--out", str(run), "--resume", "--rl-steps", "3"]) == 0
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["rl_steps"] == 3 and m["config"]["grpo"]["steps"] == 3
+    before = json.loads((trained / "metrics.json").read_text())
+    assert [p for p in m["curve"] if p["phase"] != "rl"] == [p for p in before["curve"] if p["phase"] != "rl"]
+    assert [p["label"] for p in m["curve"] if p["phase"] == "rl"] == ["rl-step-1", "rl-step-2", "rl-step-3"]
+    assert json.loads((run / "state.json").read_text())["config"]["grpo"]["steps"] == 3
+
+
 def test_an_unknown_recipe_is_refused_by_name(tmp_path, capsys):
     assert main(["train", "--recipe", "tiny-chess", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
@@ -208,3 +226,12 @@ def test_a_non_empty_out_dir_is_refused_unless_resuming(tmp_path, capsys):
 def test_bad_overrides_name_their_flag(tmp_path, capsys, flag, value):
     assert main(["train", "--recipe", "tiny-math", "--out", str(tmp_path / "x"), flag, value]) == 2
     assert flag in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no CUDA GPU is present")
+def test_backend_unsloth_without_a_gpu_is_refused_naming_the_flag(tmp_path, capsys):
+    out = tmp_path / "gpu"
+    assert main(["train", "--recipe", "tiny-math", "--out", str(out), "--backend", "unsloth"]) == 2
+    err = capsys.readouterr().err
+    assert "--backend unsloth" in err and "CUDA GPU" in err
+    assert not out.exists()

@@ -30,6 +30,7 @@ class GRPOPhase:
     eval_every: int = 5  # held-out evaluation every N GRPO steps (and at the end)
     mode: str = "sync"  # "async": step N+1's rollouts are collected while step N trains
     max_staleness: int = 1  # async: rollouts at most this many policy versions old are trained on
+    backend: str = "trl"  # "unsloth": Unsloth's patched GRPOTrainer on a CUDA GPU (trainer_adapters.unsloth)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,11 @@ has zero advantage and teaches nothing, which is why SFT comes first.
 "async" collects step N+1's rollouts while step N trains, at most `grpo.max_staleness` policy
 versions behind (rollgate.trainer_adapters.async_rl), serving a copy of the policy that gets the
 trainer's weights after each optimizer step. Each step's wall time (held-out evaluation left out)
-is recorded either way, so the two can be compared."""
+is recorded either way, so the two can be compared.
+
+`grpo.backend`: "trl" trains on the CPU with TRL's GRPOTrainer; "unsloth" on a CUDA GPU with the
+GRPOTrainer Unsloth patches (the model loaded by trainer_adapters.unsloth.load_policy), with the
+same rollout function and reward."""
 
 from __future__ import annotations
 
@@ -56,6 +60,8 @@ def train_grpo(
     from rollgate.trainer_adapters.trl import rollgate_reward
 
     g = cfg.grpo
+    on_gpu = g.backend == "unsloth"
+    dtype = getattr(model, "dtype", None)
     started = time.perf_counter()
     settings = Settings().model_copy(update={"envs": [cfg.env]})
     asynchronous = g.mode == "async"
@@ -73,9 +79,9 @@ def train_grpo(
     )
     args = GRPOConfig(
         output_dir=str(work_dir),
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
+        use_cpu=not on_gpu,
+        bf16=on_gpu and str(dtype) == "torch.bfloat16",
+        fp16=on_gpu and str(dtype) == "torch.float16",
         report_to=[],
         max_steps=g.steps,
         per_device_train_batch_size=g.prompts_per_step * g.num_generations,

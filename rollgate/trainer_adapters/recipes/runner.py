@@ -123,6 +123,14 @@ def check_out_dir(out: Path, resume: bool) -> None:
         )
 
 
+def _fixed_settings(config: dict[str, Any], finished: list[str]) -> Any:
+    """The settings a resumed run must share with the original: all of them, except the GRPO
+    phase's while GRPO has not finished (SFT once, then GRPO again with other settings or another
+    --backend, e.g. on a GPU)."""
+    fixed = {k: v for k, v in config.items() if k != "grpo" or "rl" in finished}
+    return json.loads(json.dumps(fixed))
+
+
 def load_state(layout: Layout, cfg: RecipeConfig, resume: bool) -> State:
     if not resume:
         return State(recipe=cfg.name, config=cfg.as_dict())
@@ -133,13 +141,16 @@ def load_state(layout: Layout, cfg: RecipeConfig, resume: bool) -> State:
             component="train",
             field="--recipe",
         )
-    if raw.get("config") != json.loads(json.dumps(cfg.as_dict())):
+    finished = raw.get("done") or []
+    if _fixed_settings(raw.get("config") or {}, finished) != _fixed_settings(cfg.as_dict(), finished):
+        free = "" if "rl" in finished else " (only the GRPO settings may change before GRPO has finished)"
         raise BadRequest(
-            f"--resume: the run in {layout.root} used other settings; resume it with the same ones",
+            f"--resume: the run in {layout.root} used other settings; resume it with the same ones{free}",
             component="train",
             field="--resume",
         )
     state = State(**{k: v for k, v in raw.items() if k != "version"})
+    state.config = cfg.as_dict()
     # An unfinished phase restarts from scratch: drop what it had measured.
     state.curve = [p for p in state.curve if p["phase"] in state.done]
     return state
@@ -257,7 +268,13 @@ class RecipeRun:
     def _rl(self) -> None:
         from rollgate.trainer_adapters.recipes.grpo_phase import train_grpo
 
-        model, tok = _load(self.layout.checkpoint("sft"))
+        if self.cfg.grpo.backend == "unsloth":
+            from rollgate.model_server.tiny import CONTEXT
+            from rollgate.trainer_adapters.unsloth import load_policy
+
+            model, tok = load_policy(self.layout.checkpoint("sft"), max_seq_length=CONTEXT)
+        else:
+            model, tok = _load(self.layout.checkpoint("sft"))
         base = int(self.state.info["sft_steps"])
         every = self.cfg.grpo.eval_every
 
@@ -313,6 +330,7 @@ class RecipeRun:
             },
             "targets": TARGETS,
             "curve": curve,
+            "rl_backend": cfg.grpo.backend,
             "rl_train_reward": info.get("rl_train_reward"),
             "rl_episodes": info.get("rl_episodes"),
             **rl_timing(cfg, info),

@@ -1,0 +1,87 @@
+"""The GPU paths, where a CUDA GPU is present (`pytest -m gpu tests/gpu`; they skip elsewhere, CI
+included): the local backend serving on CUDA with log-probs a trainer's recompute on the GPU
+reproduces, a weight update staged on the GPU, and the learning recipe's GRPO phase through
+Unsloth (`rollgate train --backend unsloth`), shortened. The whole model-server suite also runs on
+CUDA with `ROLLGATE_TEST_DEVICE=cuda pytest tests/model_server`."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+PROMPT = "<|im_start|>user\nWhat is 17 + 25?<|im_end|>\n<|im_start|>assistant\n"
+
+
+async def test_local_backend_on_cuda_samples_with_log_probs_a_gpu_recompute_reproduces(tiny_model_dir):
+    from rollgate.model_server.backend import SamplingParams
+    from rollgate.model_server.local import LocalBackend
+
+    backend = LocalBackend.from_pretrained(tiny_model_dir, device="cuda", weight_version="w0")
+    try:
+        assert backend.engine.device.type == "cuda"
+        prompt = backend.tokenizer.encode(PROMPT)
+        params = [SamplingParams(max_tokens=24, temperature=0.9, seed=s) for s in range(8)]
+        gens = await asyncio.gather(*(backend.generate(prompt, p, None) for p in params))
+        again = await backend.generate(prompt, params[3], None)
+        assert again.token_ids == gens[3].token_ids  # seeded sampling is reproducible on the GPU
+        assert len({tuple(g.token_ids) for g in gens}) > 1  # and unseeded-looking: seeds differ
+        for g in gens:
+            ids = torch.tensor([g.prompt_ids + g.token_ids], device="cuda")
+            with torch.no_grad():
+                logits = backend.model(input_ids=ids).logits[0, len(g.prompt_ids) - 1 : -1].float()
+            logp = torch.log_softmax(logits / 0.9, -1)
+            expected = [float(logp[i, t]) for i, t in enumerate(g.token_ids)]
+            assert g.log_probs == pytest.approx(expected, abs=1e-3)
+    finally:
+        backend.engine.close()
+
+
+async def test_a_weight_update_on_cuda_changes_what_is_served_and_stamps_its_version(tiny_model_dir):
+    from rollgate.model_server.backend import SamplingParams
+    from rollgate.model_server.local import LocalBackend
+    from rollgate.model_server.weights import stage
+
+    backend = LocalBackend.from_pretrained(tiny_model_dir, device="cuda", weight_version="step-0")
+    try:
+        prompt = backend.tokenizer.encode(PROMPT)
+        greedy = SamplingParams(max_tokens=12, temperature=0.0)
+        before = await backend.generate(prompt, greedy, None)
+        state = {k: v.detach().cpu() for k, v in backend.model.state_dict().items()}
+        state["model.norm.weight"] = -state["model.norm.weight"]  # another policy: every logit negated
+        backend.load_weights(stage(backend.model, state, complete=True), "step-1")
+        after = await backend.generate(prompt, greedy, None)
+        assert backend.weight_version == "step-1"
+        assert next(backend.model.parameters()).is_cuda
+        assert after.token_ids != before.token_ids
+    finally:
+        backend.engine.close()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("unsloth") is None, reason="needs unsloth (docs/trainers/unsloth.md)")
+def test_recipe_grpo_through_unsloth_writes_its_outputs(tmp_path: Path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rollgate.cli", "train", "--recipe", "tiny-math-demo", "--out", str(out)]
+    cmd += ["--backend", "unsloth", "--train-tasks", "48", "--heldout-tasks", "8", "--sft-epochs", "1"]
+    cmd += ["--rl-steps", "2"]
+    env = {**os.environ, "ROLLGATE_HOME": str(tmp_path / "home")}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["rl_backend"] == "unsloth" and metrics["rl_steps"] == 2
+    assert len(metrics["rl_step_seconds"]) == 2
+    assert (out / "reward_curve.png").stat().st_size > 0
+    assert (out / "model" / "config.json").exists()
+    assert [p["phase"] for p in metrics["curve"]][-1] == "rl"
