@@ -235,3 +235,17 @@ def test_backend_unsloth_without_a_gpu_is_refused_naming_the_flag(tmp_path, caps
     err = capsys.readouterr().err
     assert "--backend unsloth" in err and "CUDA GPU" in err
     assert not out.exists()
+
+
+def test_screening_trains_grpo_on_the_tasks_it_can_learn_from_and_records_what_it_kept(tmp_path, monkeypatch):
+    grpo = dataclasses.replace(SHORT.grpo, screen_tasks=6, screen_samples=2, eval_every=0)
+    monkeypatch.setitem(recipes.RECIPES, "tiny-math", dataclasses.replace(SHORT, grpo=grpo))
+    out = tmp_path / "screened"
+    assert main(["train", "--recipe", "tiny-math", "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    s = m["rl_screening"]
+    assert s["screened"] == 6 and s["samples"] == 2
+    assert s["kept"] + s["all_solved"] + s["all_failed"] == 6
+    # fewer kept than a step's prompts: GRPO trains on all rows rather than on no full batch
+    assert s["used"] == ("kept" if s["kept"] >= grpo.prompts_per_step else "all")
+    assert m["rl_steps"] == 2 and m["config"]["grpo"]["screen_tasks"] == 6

@@ -25,6 +25,16 @@ class GRPOPhase:
     prompts_per_step: int = 8
     num_generations: int = 8  # samples per prompt: the group GRPO's baseline is computed over
     learning_rate: float = 2e-4
+    # Only this top fraction of completion tokens by entropy is trained (TRL's top_entropy_quantile,
+    # after "Beyond the 80/20 rule"): the decisions, not the tokens every sample shares.
+    top_entropy_quantile: float = 1.0
+    num_iterations: int = 1  # optimizer steps per generated batch (TRL's mu; PPO-style clipping)
+    beta: float = 0.0  # KL to the post-SFT policy (TRL's beta); 0: no reference model
+    # Screening (0: off): sample `screen_samples` episodes of each of the first `screen_tasks`
+    # training tasks with the post-SFT policy and train GRPO only on those it sometimes solves and
+    # sometimes fails: a group that all pass or all fail has zero advantage and teaches nothing.
+    screen_tasks: int = 0
+    screen_samples: int = 4
     temperature: float = 1.0
     max_completion_length: int = 160  # tokens of the whole multi-turn completion, env tokens included
     eval_every: int = 5  # held-out evaluation every N GRPO steps (and at the end)

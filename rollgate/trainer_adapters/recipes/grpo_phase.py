@@ -40,6 +40,56 @@ class GRPOResult:
     episodes: int
     step_seconds: list[float] = field(default_factory=list)  # wall time of each step, evaluation excluded
     async_stats: dict[str, Any] | None = None  # async mode: staleness, drops, prefetches
+    screening: dict[str, Any] | None = None  # what screening kept (grpo.screen_tasks > 0)
+
+
+def screen(rollout_func: Any, rollgate: Any, rows: list[dict[str, Any]], cfg: RecipeConfig) -> tuple[list, dict]:
+    """The training rows GRPO can learn from: of the first `screen_tasks`, those whose
+    `screen_samples` episodes under the current policy are neither all solved nor all failed (by
+    verified reward, at the GRPO temperature). Failed episodes (infrastructure) count as neither."""
+    from rollgate.core.schemas import TaskRow
+
+    g = cfg.grpo
+    pool = rows[: g.screen_tasks]
+    started = time.perf_counter()
+    groups = rollout_func.run_async(
+        rollgate.collect(
+            [TaskRow.model_validate(r) for r in pool],
+            [g.screen_samples] * len(pool),
+            sampling={"temperature": g.temperature},
+            policy_version="step-0",
+        )
+    )
+    kept, solved, failed = [], 0, 0
+    for row, trajs in zip(pool, groups, strict=True):
+        rewards = [t.reward for t in trajs if t.ok and t.reward is not None]
+        passed = sum(r >= cfg.eval.threshold for r in rewards)
+        if rewards and 0 < passed < len(rewards):
+            kept.append(row)
+        elif rewards and passed == len(rewards):
+            solved += 1
+        else:
+            failed += 1
+    info = {
+        "screened": len(pool),
+        "samples": g.screen_samples,
+        "kept": len(kept),
+        "all_solved": solved,
+        "all_failed": failed,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    # Fewer rows than a step's prompts would give TRL no full batch (it would train 0 steps).
+    info["used"] = "kept" if len(kept) >= g.prompts_per_step else "all"
+    log.info("grpo screening: %s", info)
+    if info["used"] == "all":
+        log.warning(
+            "grpo screening kept %d tasks, fewer than a step's %d prompts; training on all %d rows",
+            len(kept),
+            g.prompts_per_step,
+            len(rows),
+        )
+        return rows, info
+    return kept, info
 
 
 def train_grpo(
@@ -57,7 +107,7 @@ def train_grpo(
 
     from rollgate.trainer_adapters.async_rl import weight_push_callback
     from rollgate.trainer_adapters.inprocess import InProcessRollgate
-    from rollgate.trainer_adapters.trl import rollgate_reward
+    from rollgate.trainer_adapters.trl import TaskIndex, rollgate_reward
 
     g = cfg.grpo
     on_gpu = g.backend == "unsloth"
@@ -77,6 +127,10 @@ def train_grpo(
     rollout_func = rollgate.rollout_func(
         rows, sampling={"temperature": g.temperature}, max_staleness=g.max_staleness if asynchronous else None
     )
+    screening = None
+    train_rows = rows
+    if g.screen_tasks > 0:
+        train_rows, screening = screen(rollout_func, rollgate, rows, cfg)
     args = GRPOConfig(
         output_dir=str(work_dir),
         use_cpu=not on_gpu,
@@ -89,8 +143,10 @@ def train_grpo(
         max_completion_length=g.max_completion_length,
         temperature=g.temperature,
         learning_rate=g.learning_rate,
+        top_entropy_quantile=g.top_entropy_quantile,
+        num_iterations=g.num_iterations,
         lr_scheduler_type="constant",
-        beta=0.0,  # no reference model: verified reward only, nothing pulls the policy back
+        beta=g.beta,  # 0: no reference model, nothing pulls the policy back
         logging_steps=1,
         save_strategy="no",
         seed=cfg.seed,
@@ -134,7 +190,7 @@ def train_grpo(
         model=model,
         reward_funcs=[rollgate_reward],
         args=args,
-        train_dataset=rollout_func.tasks.dataset(),
+        train_dataset=rollout_func.tasks.dataset() if train_rows is rows else TaskIndex(train_rows).dataset(),
         processing_class=tokenizer,
         rollout_func=rollout_func,
         # async: push the new weights first, so the batches collected during evaluation use them
@@ -154,4 +210,5 @@ def train_grpo(
         episodes=episodes,
         step_seconds=step_seconds,
         async_stats=stats.as_dict() if stats is not None else None,
+        screening=screening,
     )

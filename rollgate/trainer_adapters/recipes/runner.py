@@ -293,6 +293,7 @@ class RecipeRun:
             rl_episodes=result.episodes,
             rl_step_seconds=result.step_seconds,
             rl_async=result.async_stats,
+            rl_screening=result.screening,
         )
 
     def _finish(self) -> dict[str, Any]:
@@ -331,6 +332,7 @@ class RecipeRun:
             "targets": TARGETS,
             "curve": curve,
             "rl_backend": cfg.grpo.backend,
+            "rl_screening": info.get("rl_screening"),
             "rl_train_reward": info.get("rl_train_reward"),
             "rl_episodes": info.get("rl_episodes"),
             **rl_timing(cfg, info),
