@@ -36,7 +36,7 @@ RECIPES: dict[str, RecipeConfig] = {
         eval=EvalPlan(k=1, temperature=1.0),
         agent=AgentBudget(max_turns=4, max_output_tokens=256, max_output_tokens_per_call=96),
     ),
-    # `rollgate demo --trained`'s checkpoint: tiny-math's data and SFT on the embedded tiny shape
+    # the checkpoint `rollgate demo` serves by default: tiny-math's data and SFT on the embedded tiny shape
     # (0.22M parameters, about a quarter of tiny-math's cost a step). Copying appears after ~8,000
     # demonstrations whatever the shape; held-out reward follows by ~16,000-24,000, hence 1,500
     # steps of 16 (greedy 0.30 on 50 held-out tasks; 1,000 steps gave 0.18). Measured greedy, as the
