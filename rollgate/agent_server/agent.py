@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Mapping
@@ -45,6 +46,15 @@ log = logging.getLogger("rollgate.agent")
 
 TRAINING_METADATA = {"rollgate_training": "true"}
 AGENT_NAME = "rollgate"  # this loop's name in the `rollgate.agents` plugin group (the default agent)
+
+
+def derive_seed(seed: int, *parts: object) -> int:
+    """A seed of its own for `parts` (a task, a turn), drawn from `seed`: reproducible, and
+    independent of every other part's. One seed shared by every task of a job would give them all
+    the same random numbers: the same guess wherever the policy is unsure, so samples of different
+    tasks would fail or pass together and an evaluation's interval would be too narrow."""
+    key = ":".join(map(str, (seed, *parts))).encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") >> 1
 
 
 @dataclass
@@ -202,7 +212,10 @@ class Agent:
             if budget <= 0:
                 outcome = Outcome.truncated
                 break
-            called = await self._call_model(base_request, ep, env_name, budget)
+            request = base_request
+            if turn_no and base_request.get("seed") is not None:  # each turn its own draws, not the first's again
+                request = {**base_request, "seed": derive_seed(int(base_request["seed"]), "turn", turn_no)}
+            called = await self._call_model(request, ep, env_name, budget)
             if called is None:  # the conversation outgrew the model's context window
                 outcome = Outcome.truncated
                 break
@@ -238,6 +251,8 @@ class Agent:
         rcp = task.row.responses_create_params
         out = {k: rcp[k] for k in SAMPLING_KEYS if k in rcp}
         out.update({k: v for k, v in ctx.sampling.items() if v is not None and k in SAMPLING_KEYS})
+        if ctx.sampling.get("seed") is not None:  # a job's seed: each task draws from its own stream
+            out["seed"] = derive_seed(int(ctx.sampling["seed"]), task.env, task.task_id)
         if "seed" in out and ctx.sample_index:
             out["seed"] = int(out["seed"]) + ctx.sample_index  # repeats of one task must differ
         return out

@@ -15,7 +15,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -244,25 +244,32 @@ def is_current(path: str | os.PathLike) -> bool:
         return False
 
 
-def ensure_tiny_model(path: str | os.PathLike, seed: int = 0) -> Path:
-    """Return `path`, building the tiny model there first if it is missing or was built by an older
-    recipe. Concurrent callers (several processes starting at once) wait on a lock file; the
-    directory appears atomically."""
-    target = Path(path)
+def build_once(target: Path, is_current: Callable[[Path], bool], build: Callable[[Path], Any]) -> bool:
+    """Build a model directory at `target` unless `is_current(target)`; whether it was built now.
+    Concurrent callers (several processes starting at once) wait on a lock file beside it; `build`
+    writes into a fresh temporary directory, which then replaces `target` atomically."""
     if is_current(target):
-        return target
+        return False
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if is_current(target):
-            return target
+            return False
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
-            build_tiny_model(tmp, seed)
+            build(tmp)
             if target.exists():
                 shutil.rmtree(target)
             os.replace(tmp, target)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+    return True
+
+
+def ensure_tiny_model(path: str | os.PathLike, seed: int = 0) -> Path:
+    """Return `path`, building the tiny model there first if it is missing or was built by an older
+    recipe (`build_once`: safe under concurrent callers, the directory appears atomically)."""
+    target = Path(path)
+    build_once(target, is_current, lambda tmp: build_tiny_model(tmp, seed))
     return target

@@ -134,6 +134,43 @@ async def test_repeats_get_distinct_seeds_and_keep_their_group(scripted_service)
     assert a.policy.policy_version == "v3"
 
 
+class SeedRecorder(LocalModelClient):
+    """The scripted model, recording the seed of every call it gets."""
+
+    def __init__(self, service):
+        super().__init__(service)
+        self.seeds: list[int | None] = []
+
+    async def create(self, request, **kwargs):
+        self.seeds.append(request.get("seed"))
+        return await super().create(request, **kwargs)
+
+
+async def test_a_job_seed_gives_each_task_and_turn_its_own_stream_reproducibly(scripted_service):
+    """One job seed shared verbatim by every task would replay the same random numbers in each:
+    the same guess wherever the policy is unsure, so different tasks would pass or fail together."""
+    model = SeedRecorder(scripted_service)
+    agent = make_agent(model)
+    turns = (call("add", amount=3), call("add", amount=4), {"text": "7"})
+
+    async def job(seed: int) -> list[list[int | None]]:
+        per_task = []
+        for task_id in ("t1", "t2"):
+            model.seeds.clear()
+            ctx = RunContext(sampling={"seed": seed, "temperature": 1.0})
+            await run(agent, {**counter_row(*turns), "task_id": task_id}, ctx)
+            per_task.append(list(model.seeds))
+        return per_task
+
+    first = await job(5)
+    t1, t2 = first
+    assert len(t1) == len(t2) == 3 and None not in t1 + t2
+    assert set(t1).isdisjoint(t2)  # the tasks draw different numbers
+    assert len(set(t1)) == 3  # so does each turn of one episode
+    assert await job(5) == first  # and the same job seed draws the same again
+    assert (await job(6))[0] != t1
+
+
 async def test_malformed_rows_and_unknown_envs_name_the_field_at_the_edge(scripted_service):
     agent = make_agent(LocalModelClient(scripted_service))
     with pytest.raises(BadRequest) as exc:

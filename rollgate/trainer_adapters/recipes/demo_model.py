@@ -10,11 +10,9 @@ example rows) are excluded from training by content, so what the demo scores was
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -23,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rollgate.core.errors import BadRequest
-from rollgate.model_server.tiny import RECIPE_VERSION, is_model_dir, make_world_readable
+from rollgate.model_server.tiny import RECIPE_VERSION, build_once, is_model_dir, make_world_readable
 from rollgate.trainer_adapters.recipes.config import RecipeConfig
 
 log = logging.getLogger("rollgate.train")
@@ -41,13 +39,6 @@ def stamp_of(cfg: RecipeConfig, exclude_keys: Iterable[str]) -> dict[str, Any]:
         "tiny_recipe_version": RECIPE_VERSION,
         "excluded": hashlib.sha256("\n".join(keys).encode()).hexdigest(),
     }
-
-
-def is_built(path: Path, stamp: dict[str, Any]) -> bool:
-    try:
-        return is_model_dir(path) and json.loads((path / STAMP).read_text()) == stamp
-    except (OSError, ValueError):
-        return False
 
 
 def train_rows(cfg: RecipeConfig, exclude_keys: set[str]) -> list[dict[str, Any]]:
@@ -116,32 +107,17 @@ def ensure_sft_model(
     cfg: RecipeConfig, path: Path, *, exclude_keys: Iterable[str] = (), progress: Progress | None = None
 ) -> tuple[Path, bool]:
     """(`path`, whether it was built now): builds the checkpoint there unless a complete one of the
-    same recipe, settings and exclusions is already there. Concurrent callers wait on a lock file;
-    the directory appears atomically."""
+    same recipe, settings and exclusions is already there (`build_once`: concurrent callers wait on
+    a lock file; the directory appears atomically)."""
     excluded = set(exclude_keys)
     want = stamp_of(cfg, excluded)
 
-    def current() -> bool:
+    def current(p: Path) -> bool:
         try:
-            raw = json.loads((path / STAMP).read_text())
+            raw = json.loads((p / STAMP).read_text())
         except (OSError, ValueError):
             return False
-        return is_model_dir(path) and {k: raw.get(k) for k in want} == want
+        return is_model_dir(p) and {k: raw.get(k) for k in want} == want
 
-    if current():
-        return path, False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if current():
-            return path, False
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        try:
-            build_sft_model(cfg, tmp, exclude_keys=excluded, progress=progress)
-            if path.exists():
-                shutil.rmtree(path)
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-    return path, True
+    built = build_once(path, current, lambda tmp: build_sft_model(cfg, tmp, exclude_keys=excluded, progress=progress))
+    return path, built

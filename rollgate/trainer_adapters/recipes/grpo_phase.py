@@ -102,6 +102,7 @@ def train_grpo(
     on_step: OnStep | None = None,
 ) -> GRPOResult:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import torch
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -134,8 +135,8 @@ def train_grpo(
     args = GRPOConfig(
         output_dir=str(work_dir),
         use_cpu=not on_gpu,
-        bf16=on_gpu and str(dtype) == "torch.bfloat16",
-        fp16=on_gpu and str(dtype) == "torch.float16",
+        bf16=on_gpu and dtype == torch.bfloat16,
+        fp16=on_gpu and dtype == torch.float16,
         report_to=[],
         max_steps=g.steps,
         per_device_train_batch_size=g.prompts_per_step * g.num_generations,
