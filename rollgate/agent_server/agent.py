@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import Mapping
@@ -26,7 +25,7 @@ from rollgate.core.errors import BadRequest, ContextExhausted
 from rollgate.core.items import output_text
 from rollgate.core.logging import log_context
 from rollgate.core.metrics import Metrics
-from rollgate.core.rows import Task, group_id
+from rollgate.core.rows import Task, derive_seed, group_id
 from rollgate.core.schemas import (
     SAMPLING_KEYS,
     ErrorInfo,
@@ -46,15 +45,6 @@ log = logging.getLogger("rollgate.agent")
 
 TRAINING_METADATA = {"rollgate_training": "true"}
 AGENT_NAME = "rollgate"  # this loop's name in the `rollgate.agents` plugin group (the default agent)
-
-
-def derive_seed(seed: int, *parts: object) -> int:
-    """A seed of its own for `parts` (a task, a turn), drawn from `seed`: reproducible, and
-    independent of every other part's. One seed shared by every task of a job would give them all
-    the same random numbers: the same guess wherever the policy is unsure, so samples of different
-    tasks would fail or pass together and an evaluation's interval would be too narrow."""
-    key = ":".join(map(str, (seed, *parts))).encode()
-    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") >> 1
 
 
 @dataclass
@@ -251,7 +241,10 @@ class Agent:
         rcp = task.row.responses_create_params
         out = {k: rcp[k] for k in SAMPLING_KEYS if k in rcp}
         out.update({k: v for k, v in ctx.sampling.items() if v is not None and k in SAMPLING_KEYS})
-        if ctx.sampling.get("seed") is not None:  # a job's seed: each task draws from its own stream
+        if ctx.sampling.get("seed") is not None:
+            # A job's seed: each task draws from its own stream. One seed shared by every task would
+            # give them all the same random numbers: the same guess wherever the policy is unsure,
+            # so tasks would pass or fail together and an evaluation's interval would be too narrow.
             out["seed"] = derive_seed(int(ctx.sampling["seed"]), task.env, task.task_id)
         if "seed" in out and ctx.sample_index:
             out["seed"] = int(out["seed"]) + ctx.sample_index  # repeats of one task must differ

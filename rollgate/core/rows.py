@@ -53,6 +53,13 @@ def group_id(task_id: str, *, job_id: str | None, row_index: int | None) -> str:
     return "grp_" + hashlib.sha1(key.encode()).hexdigest()[:20]
 
 
+def derive_seed(*parts: object) -> int:
+    """A 31-bit seed of its own for `parts` (a job's seed and a task, a seed and a turn, a family
+    and an index): reproducible, and independent of the seed any other parts give."""
+    key = ":".join(map(str, parts)).encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") >> 1
+
+
 def parse_row(
     raw: Any,
     *,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import hashlib
 import importlib
 import io
 import logging
@@ -30,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from rollgate.core.errors import BadRequest, RollgateError
+from rollgate.core.rows import derive_seed
 from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import Environment, ToolError, tool
 from rollgate.resources_servers.families.common import Library, field_of, library_failure, prompt_or_observation
@@ -282,10 +282,6 @@ def check_game_id(game: str, game_id: str | None) -> str:
     return game_id
 
 
-def _derived_seed(seed: int, i: int) -> int:
-    return int.from_bytes(hashlib.sha256(f"textarena:{seed}:{i}".encode()).digest()[:4], "big") >> 1
-
-
 def generate_tasks(game: str, n: int, seed: int, config: dict[str, Any] | None, split: str) -> list[dict[str, Any]]:
     """n rows of one split, deterministic for (n, seed, config); config may name a `game_id` variant."""
     env = f"{FAMILY}/{game}"
@@ -301,7 +297,7 @@ def generate_tasks(game: str, n: int, seed: int, config: dict[str, Any] | None, 
 
     def candidates():
         for i in range(pool):
-            s = _derived_seed(seed, i)
+            s = derive_seed("textarena", seed, i)
             first = games.start(game_id, s)
             key = f"{env}|{game_id}|{first}" + (f"|seed={s}" if game in SEED_IS_TASK else "")
             row = {

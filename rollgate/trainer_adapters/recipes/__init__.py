@@ -34,7 +34,7 @@ RECIPES: dict[str, RecipeConfig] = {
         sft=SFTPhase(epochs=8.0, batch_size=16, learning_rate=3e-3, warmup_steps=20, eval_every=200),
         grpo=GRPOPhase(steps=20, prompts_per_step=8, num_generations=8, learning_rate=1e-4, eval_every=5),
         # 4 samples a task: a checkpoint's mean reward at T = 1 with a quarter of the sampling variance of
-        # one (each task and sample draws its own seed: rollgate.agent_server.agent.derive_seed)
+        # one (each task and sample draws its own seed: rollgate.core.rows.derive_seed)
         eval=EvalPlan(k=4, temperature=1.0),
         agent=AgentBudget(max_turns=4, max_output_tokens=256, max_output_tokens_per_call=96),
     ),
