@@ -249,3 +249,52 @@ def test_screening_trains_grpo_on_the_tasks_it_can_learn_from_and_records_what_i
     # fewer kept than a step's prompts: GRPO trains on all rows rather than on no full batch
     assert s["used"] == ("kept" if s["kept"] >= grpo.prompts_per_step else "all")
     assert m["rl_steps"] == 2 and m["config"]["grpo"]["screen_tasks"] == 6
+
+
+@pytest.mark.parametrize("trainable", ["final_norm", "norms", "all"])
+def test_grpo_updates_only_the_weights_its_trainable_setting_names(trained, monkeypatch, tmp_path, trainable):
+    """One GRPO step through TRL's GRPOTrainer with `grpo.trainable`. A few-step SFT model scores 0
+    on every episode, and equal rewards give no update to observe, so the reward function alone is
+    replaced (a fake: alternate episodes score 1, every group's advantages differ); the episodes,
+    tokens and trainer are the real ones. "final_norm" moves the last normalization scale (the
+    one the output layer reads) and nothing else, "norms" every normalization scale and nothing
+    else; "all", the control, moves the rest too. Frozen weights are thawed after the phase."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rollgate.trainer_adapters import trl as trl_adapter
+    from rollgate.trainer_adapters.recipes.data import read_rows
+    from rollgate.trainer_adapters.recipes.grpo_phase import is_norm, train_grpo
+
+    def alternating(prompts=None, completions=None, rollgate_reward=None, **_):
+        return [float(i % 2) for i in range(len(rollgate_reward))]
+
+    monkeypatch.setattr(trl_adapter, "rollgate_reward", alternating)
+    cfg = dataclasses.replace(
+        SHORT, grpo=dataclasses.replace(SHORT.grpo, steps=1, learning_rate=1e-2, trainable=trainable)
+    )
+    model = AutoModelForCausalLM.from_pretrained(trained / "work" / "sft-model")
+    tok = AutoTokenizer.from_pretrained(trained / "work" / "sft-model")
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    norms = {
+        f"{mn}.{pn}" for mn, m in model.named_modules() if is_norm(m) for pn, _ in m.named_parameters(recurse=False)
+    }
+    assert norms and len(norms) < len(before)
+    rows = read_rows(trained / "data" / "train_tasks.jsonl")
+    result = train_grpo(cfg, model, tok, rows, tmp_path / "grpo")
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert result.steps == 1
+    if trainable == "final_norm":
+        assert moved == {"model.norm.weight"}  # Qwen2's final norm, before the output layer
+        assert result.trainable_parameters == before["model.norm.weight"].numel()
+    elif trainable == "norms":
+        assert moved == norms
+        assert result.trainable_parameters == sum(before[n].numel() for n in norms)
+    else:
+        assert moved - norms, "a full-parameter step moved no weight outside the norms"
+        assert result.trainable_parameters == sum(p.numel() for p in before.values())
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_an_unknown_trainable_setting_is_refused():
+    with pytest.raises(ValueError, match="trainable"):
+        GRPOPhase(trainable="lora")

@@ -19,6 +19,9 @@ class SFTPhase:
     eval_every: int = 0  # held-out evaluation every N SFT steps (0: only at the end of the phase)
 
 
+TRAINABLE = ("all", "norms", "final_norm")
+
+
 @dataclass(frozen=True)
 class GRPOPhase:
     steps: int = 20
@@ -41,6 +44,16 @@ class GRPOPhase:
     mode: str = "sync"  # "async": step N+1's rollouts are collected while step N trains
     max_staleness: int = 1  # async: rollouts at most this many policy versions old are trained on
     backend: str = "trl"  # "unsloth": Unsloth's patched GRPOTrainer on a CUDA GPU (trainer_adapters.unsloth)
+    # Which weights GRPO updates: "all"; "norms", only the normalization layers' scales; or
+    # "final_norm", only the last one's (the scale of the hidden state the output layer reads: 192
+    # numbers of tiny-math's 2.6M). At a CPU budget's batch sizes the policy-gradient estimate is
+    # noise in almost every direction; the final norm's scale is the one it agrees on from batch to
+    # batch (benchmarks/bench_grpo_snr.py), and a full-parameter step follows the noise.
+    trainable: str = "all"
+
+    def __post_init__(self) -> None:
+        if self.trainable not in TRAINABLE:
+            raise ValueError(f"GRPOPhase.trainable must be one of {', '.join(TRAINABLE)}, got {self.trainable!r}")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,11 @@ is recorded either way, so the two can be compared.
 
 `grpo.backend`: "trl" trains on the CPU with TRL's GRPOTrainer; "unsloth" on a CUDA GPU with the
 GRPOTrainer Unsloth patches (the model loaded by trainer_adapters.unsloth.load_policy), with the
-same rollout function and reward."""
+same rollout function and reward.
+
+`grpo.trainable`: "all" updates every weight; "norms" only the normalization layers' scales (the
+rest frozen for the phase and thawed after it), for budgets whose batches cannot estimate more
+(benchmarks/bench_grpo_snr.py measures how much of a batch's gradient is signal)."""
 
 from __future__ import annotations
 
@@ -41,6 +45,36 @@ class GRPOResult:
     step_seconds: list[float] = field(default_factory=list)  # wall time of each step, evaluation excluded
     async_stats: dict[str, Any] | None = None  # async mode: staleness, drops, prefetches
     screening: dict[str, Any] | None = None  # what screening kept (grpo.screen_tasks > 0)
+    trainable_parameters: int = 0  # how many numbers GRPO updated (grpo.trainable)
+
+
+def is_norm(module: Any) -> bool:
+    """A normalization layer (RMSNorm, LayerNorm, in torch or a model's own code)."""
+    return type(module).__name__.endswith(("RMSNorm", "LayerNorm"))
+
+
+def trainable_norms(model: Any, which: str) -> list[Any]:
+    """The parameters `grpo.trainable` names: every normalization layer's ("norms"), or the last
+    one's, the scale of the hidden state the output layer reads ("final_norm")."""
+    norms = [m for m in model.modules() if is_norm(m)]
+    if not norms:
+        raise ValueError(f"grpo.trainable {which!r}: {type(model).__name__} has no normalization layers")
+    chosen = norms if which == "norms" else norms[-1:]
+    return [p for m in chosen for p in m.parameters(recurse=False)]
+
+
+def restrict_trainable(model: Any, which: str) -> list[Any]:
+    """Freeze every weight GRPO must leave alone under `grpo.trainable`; the frozen parameters,
+    for the caller to thaw when the phase ends."""
+    if which == "all":
+        return []
+    if which not in ("norms", "final_norm"):
+        raise ValueError(f"unknown grpo.trainable {which!r}")
+    keep = {id(p) for p in trainable_norms(model, which)}
+    frozen = [p for p in model.parameters() if p.requires_grad and id(p) not in keep]
+    for p in frozen:
+        p.requires_grad_(False)
+    return frozen
 
 
 def screen(rollout_func: Any, rollgate: Any, rows: list[dict[str, Any]], cfg: RecipeConfig) -> tuple[list, dict]:
@@ -187,21 +221,28 @@ def train_grpo(
                 model.train(was)
             last[0] = time.perf_counter()
 
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=[rollgate_reward],
-        args=args,
-        train_dataset=rollout_func.tasks.dataset() if train_rows is rows else TaskIndex(train_rows).dataset(),
-        processing_class=tokenizer,
-        rollout_func=rollout_func,
-        # async: push the new weights first, so the batches collected during evaluation use them
-        callbacks=([weight_push_callback(rollgate, model)] if asynchronous else []) + [Steps()],
-    )
+    frozen = restrict_trainable(model, g.trainable)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if frozen:
+        total = sum(p.numel() for p in model.parameters())
+        log.info("grpo updates the %s only: %d of %d numbers", g.trainable, trainable, total)
     try:
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[rollgate_reward],
+            args=args,
+            train_dataset=rollout_func.tasks.dataset() if train_rows is rows else TaskIndex(train_rows).dataset(),
+            processing_class=tokenizer,
+            rollout_func=rollout_func,
+            # async: push the new weights first, so the batches collected during evaluation use them
+            callbacks=([weight_push_callback(rollgate, model)] if asynchronous else []) + [Steps()],
+        )
         trainer.train()
     finally:
         rollout_func.run_async(rollgate.aclose())
         rollout_func.close()
+        for p in frozen:
+            p.requires_grad_(True)
     model.eval()
     stats = getattr(rollout_func, "stats", None)
     return GRPOResult(
@@ -212,4 +253,5 @@ def train_grpo(
         step_seconds=step_seconds,
         async_stats=stats.as_dict() if stats is not None else None,
         screening=screening,
+        trainable_parameters=trainable,
     )

@@ -294,6 +294,7 @@ class RecipeRun:
             rl_step_seconds=result.step_seconds,
             rl_async=result.async_stats,
             rl_screening=result.screening,
+            rl_trainable_parameters=result.trainable_parameters,
         )
 
     def _finish(self) -> dict[str, Any]:
@@ -333,6 +334,8 @@ class RecipeRun:
             "curve": curve,
             "rl_backend": cfg.grpo.backend,
             "rl_screening": info.get("rl_screening"),
+            "rl_trainable": cfg.grpo.trainable,
+            "rl_trainable_parameters": info.get("rl_trainable_parameters"),
             "rl_train_reward": info.get("rl_train_reward"),
             "rl_episodes": info.get("rl_episodes"),
             **rl_timing(cfg, info),
