@@ -15,7 +15,8 @@ contribute nothing, as in GRPO.
 If the estimate were mostly signal, two batches' gradients would point the same way. The report
 gives the mean pairwise cosine of the batch gradients, for the whole model and for each parameter
 tensor, and the norm of their mean against the mean norm of one (about sqrt(1/B) for pure noise, 1
-for pure signal). `benchmarks/results/bench_grpo_snr.json` keeps the figures."""
+for pure signal). `benchmarks/results/bench_grpo_snr.json` keeps the figures of the default
+geometry, `bench_grpo_snr_<batches>x<prompts>x<generations>.json` those of any other."""
 
 from __future__ import annotations
 
@@ -174,8 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         f"\nwhole model: mean pairwise cosine {whole['pairwise_cosine']:+.4f}; |mean of batches| / mean |batch| = "
         f"{whole['norm_ratio']:.3f} (pure noise {whole['pure_noise_ratio']:.3f}, pure signal 1)"
     )
+    default = (args.batches, args.prompts, args.generations) == (8, 16, 8)
+    name = "bench_grpo_snr" if default else f"bench_grpo_snr_{args.batches}x{args.prompts}x{args.generations}"
     path = common.write_results(
-        "bench_grpo_snr",
+        name,
         {
             "recipe": cfg.name,
             "checkpoint": str(ckpt),
