@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import logging
 import math
 import sys
@@ -60,8 +61,9 @@ def advantages(rewards: list[float | None]) -> list[float]:
     return [0.0 if r is None else (r - mean) / (std + 1e-4) for r in rewards]
 
 
-def batch_gradient(model: Any, groups: list[list[Any]], filler: int) -> tuple[Any, dict[str, int]]:
-    """The flattened gradient of the batch's GRPO loss, and what went into it."""
+def batch_gradient(model: Any, groups: list[list[Any]], filler: int, temperature: float) -> tuple[Any, dict[str, int]]:
+    """The flattened gradient of the batch's GRPO loss, and what went into it. Log-probs are of
+    logits / temperature, as TRL computes them."""
     import torch
 
     from rollgate.core.tokens import trainable_sequence
@@ -80,7 +82,7 @@ def batch_gradient(model: Any, groups: list[list[Any]], filler: int) -> tuple[An
             continue
         used += 1
         ids = torch.tensor([seq.prompt_ids + seq.completion_ids])
-        logits = model(input_ids=ids).logits[0, len(seq.prompt_ids) - 1 : -1].float()
+        logits = model(input_ids=ids).logits[0, len(seq.prompt_ids) - 1 : -1].float() / temperature
         logps = torch.log_softmax(logits, -1).gather(1, torch.tensor(seq.completion_ids)[:, None])[:, 0]
         mask = torch.tensor(seq.env_mask, dtype=torch.float32)
         (-(a * logps * mask).sum() / max(tokens, 1)).backward()
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     common.exit_on_sigterm()
     run = Path(args.run)
-    state = __import__("json").loads((run / "state.json").read_text())
+    state = json.loads((run / "state.json").read_text())
     cfg = get_recipe(state["recipe"])
     ckpt = Path(args.model) if args.model else run / "work" / "sft-model"
     model = AutoModelForCausalLM.from_pretrained(ckpt)
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     collect_s = time.perf_counter() - started
     grads, info = [], []
     for groups in batches:
-        g, i = batch_gradient(model, groups, filler)
+        g, i = batch_gradient(model, groups, filler, cfg.grpo.temperature)
         rewards = [t.reward for gr in groups for t in gr if t.ok and t.reward is not None]
         i.update(mean_reward=round(sum(rewards) / max(len(rewards), 1), 4), grad_norm=round(float(g.norm()), 5))
         grads.append(g)

@@ -13,9 +13,10 @@ is recorded either way, so the two can be compared.
 GRPOTrainer Unsloth patches (the model loaded by trainer_adapters.unsloth.load_policy), with the
 same rollout function and reward.
 
-`grpo.trainable`: "all" updates every weight; "norms" only the normalization layers' scales (the
-rest frozen for the phase and thawed after it), for budgets whose batches cannot estimate more
-(benchmarks/bench_grpo_snr.py measures how much of a batch's gradient is signal)."""
+`grpo.trainable`: "all" updates every weight; "norms" only the normalization layers' scales;
+"final_norm" only the last one's (the rest frozen for the phase and thawed after it), for budgets
+whose batches cannot estimate more (benchmarks/bench_grpo_snr.py measures how much of a batch's
+gradient is signal)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rollgate.core.settings import Settings
-from rollgate.trainer_adapters.recipes.config import RecipeConfig
+from rollgate.trainer_adapters.recipes.config import TRAINABLE, RecipeConfig
 from rollgate.trainer_adapters.recipes.data import agent_settings
 
 log = logging.getLogger("rollgate.train")
@@ -68,7 +69,7 @@ def restrict_trainable(model: Any, which: str) -> list[Any]:
     for the caller to thaw when the phase ends."""
     if which == "all":
         return []
-    if which not in ("norms", "final_norm"):
+    if which not in TRAINABLE:
         raise ValueError(f"unknown grpo.trainable {which!r}")
     keep = {id(p) for p in trainable_norms(model, which)}
     frozen = [p for p in model.parameters() if p.requires_grad and id(p) not in keep]
