@@ -107,7 +107,7 @@ class HeldoutEvaluator:
         self.cfg = cfg
         self.out = out
 
-    def __call__(self, model_dir: Path, label: str):
+    def __call__(self, model_dir: Path, label: str, *, greedy: bool = False):
         from rollgate.core.settings import Settings
         from rollgate.evaluation.report import MetricConfig
         from rollgate.evaluation.run import EvalOptions, run_eval
@@ -126,7 +126,8 @@ class HeldoutEvaluator:
         )
         report_dir = self.out / "eval" / label
         shutil.rmtree(report_dir, ignore_errors=True)  # a phase re-run after --resume measures afresh
-        k = cfg.eval.k
+        k = 1 if greedy else cfg.eval.k
+        temperature = 0.0 if greedy else cfg.eval.temperature
         opts = EvalOptions(
             envs=[cfg.env],
             out=report_dir,
@@ -137,7 +138,7 @@ class HeldoutEvaluator:
             strict=True,
             # A fixed sampling seed: every point draws the same random numbers (less noise between
             # checkpoints), and a re-run measures the same.
-            sampling={"temperature": cfg.eval.temperature, "seed": cfg.seed},
+            sampling={"temperature": temperature, "seed": cfg.seed},
             policy_version=label,
         )
         result = run_eval(opts, StackSource(settings, [cfg.env]))

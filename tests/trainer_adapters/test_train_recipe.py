@@ -25,9 +25,9 @@ SHORT = dataclasses.replace(
     train_tasks=8,
     heldout_tasks=4,
     shape=TinyShape(),  # the embedded tiny shape: seconds, not minutes
-    sft=SFTPhase(epochs=1.0, batch_size=4, learning_rate=3e-3, warmup_steps=1, eval_every=1),
+    sft=SFTPhase(epochs=1.0, batch_size=4, learning_rate=3e-3, warmup_steps=1, eval_every=1, eval_from=2),
     grpo=GRPOPhase(steps=2, prompts_per_step=2, num_generations=2, max_completion_length=64, eval_every=1),
-    eval=EvalPlan(k=1, temperature=1.0),
+    eval=EvalPlan(k=1, temperature=1.0, greedy_reference=True),
     agent=AgentBudget(max_turns=3, max_output_tokens=64, max_output_tokens_per_call=32),
 )
 
@@ -56,16 +56,48 @@ def test_a_shortened_recipe_writes_metrics_curve_and_checkpoint(trained):
     for key in ("reward_before", "reward_after_sft", "reward_after_rl"):
         assert 0.0 <= m[key] <= 1.0
     assert m["seconds"] > 0 and m["gold_demos"] == 8
-    # Every curve point is a held-out evaluation report of its own, in the order of training.
+    # Every curve point is a held-out evaluation report of its own, in the order of training; SFT's
+    # from step 2 (eval_from), GRPO's every step.
     labels = [p["label"] for p in m["curve"]]
-    assert labels == ["before", "sft-step-1", "sft-step-2", "rl-step-1", "rl-step-2"]
-    assert [p["step"] for p in m["curve"]] == [0, 1, 2, 3, 4]
+    assert labels == ["before", "sft-step-2", "rl-step-1", "rl-step-2"]
+    assert [p["step"] for p in m["curve"]] == [0, 2, 3, 4]
     for p in m["curve"]:
         report = json.loads((trained / p["report"] / "report.json").read_text())
         assert report["overall"]["tasks"] == 4 and report["overall"]["mean_reward"]["value"] == p["reward"]
         assert report["model"]["policy_version"] == p["label"]
         assert report["train_overlap"]["tasks"] == []  # the strict guard ran against the training file
     assert (trained / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_greedy_references_are_greedy_evaluations_of_the_sft_and_final_checkpoints(trained):
+    m = json.loads((trained / "metrics.json").read_text())
+    assert set(m["greedy"]) == {"sft", "rl"}
+    for phase in ("sft", "rl"):
+        ref = m["greedy"][phase]
+        assert m[f"reward_after_{phase}_greedy"] == ref["reward"]
+        report = json.loads((trained / ref["report"] / "report.json").read_text())
+        assert report["model"]["policy_version"] == f"{phase}-greedy"
+        assert report["run"]["sampling"]["temperature"] == 0.0 and report["config"]["k"] == 1
+        assert report["overall"]["mean_reward"]["value"] == ref["reward"]
+        assert report["train_overlap"]["tasks"] == []
+    # beside the curve, not on it
+    assert not any(p["label"].endswith("greedy") for p in m["curve"])
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [EvalPlan(k=1, temperature=1.0), EvalPlan(k=1, temperature=0.0, greedy_reference=True)],
+    ids=["off", "greedy"],
+)
+def test_no_greedy_reference_when_off_or_where_the_evaluation_is_greedy_already(tmp_path, plan):
+    from rollgate.trainer_adapters.recipes.runner import RecipeRun
+
+    def evaluate(model_dir, label, *, greedy=False):
+        raise AssertionError(f"no evaluation expected, got {label}")
+
+    run = RecipeRun(dataclasses.replace(SHORT, eval=plan), tmp_path / "run", evaluate)
+    run._greedy_reference(None, None, "sft")  # returns before touching the (absent) model
+    assert "greedy" not in run.state.info
 
 
 def test_the_checkpoint_is_the_trained_policy(trained):

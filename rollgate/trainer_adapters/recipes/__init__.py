@@ -33,16 +33,19 @@ RECIPES: dict[str, RecipeConfig] = {
         ),
         # Copying numbers from the question into the calculator call, and from its output into the
         # answer, appears only after ~500 steps (an induction-style plateau before that): hence 1,000.
-        # At lr 3e-3 this shape had not begun copying by step 1,000.
-        sft=SFTPhase(epochs=8.0, batch_size=16, learning_rate=1e-3, warmup_steps=20, eval_every=250),
+        # At lr 3e-3 this shape had not begun copying by step 1,000. Held-out points from step 500
+        # (at 250 the curve sits at ~0.005): each costs 40-60 s of the 20-minute budget on a slow
+        # 2-core machine.
+        sft=SFTPhase(epochs=8.0, batch_size=16, learning_rate=1e-3, warmup_steps=20, eval_every=250, eval_from=500),
         # GRPO updates the final norm's scales only: the one direction the policy-gradient estimate of
         # a 64-episode step agrees on from batch to batch (benchmarks/bench_grpo_snr.py).
         grpo=GRPOPhase(
-            steps=20, prompts_per_step=8, num_generations=8, learning_rate=5e-2, eval_every=5, trainable="final_norm"
+            steps=20, prompts_per_step=8, num_generations=8, learning_rate=5e-2, eval_every=10, trainable="final_norm"
         ),
         # 4 samples a task: a checkpoint's mean reward at T = 1 with a quarter of the sampling variance of
         # one (each task and sample draws its own seed: rollgate.core.rows.derive_seed)
-        eval=EvalPlan(k=4, temperature=1.0),
+        # greedy_reference: what sharpening alone could reach, measured on every run
+        eval=EvalPlan(k=4, temperature=1.0, greedy_reference=True),
         agent=AgentBudget(max_turns=4, max_output_tokens=256, max_output_tokens_per_call=96),
     ),
     # the checkpoint `rollgate demo` serves by default: tiny-math's data and SFT on the embedded tiny shape

@@ -17,6 +17,7 @@ class SFTPhase:
     learning_rate: float = 3e-3
     warmup_steps: int = 20
     eval_every: int = 0  # held-out evaluation every N SFT steps (0: only at the end of the phase)
+    eval_from: int = 0  # ... from this SFT step on (the end of the phase is always measured)
 
 
 TRAINABLE = ("all", "norms", "final_norm")
@@ -61,6 +62,12 @@ class EvalPlan:
     k: int = 1  # samples per held-out task
     temperature: float = 1.0  # the policy as it is sampled in training
     threshold: float = 1.0  # a sample is correct when reward >= this
+    # Also evaluate the post-SFT and the final checkpoints greedily (one sample a task, temperature
+    # 0), beside the curve. The SFT policy's greedy reward is about the most that sharpening its
+    # sampled policy can reach (the share of GRPO's gain that needs no new skill); the final
+    # policy's, against it, says whether GRPO taught what greedy decoding got wrong. Off where
+    # the evaluation is greedy already.
+    greedy_reference: bool = False
 
 
 @dataclass(frozen=True)

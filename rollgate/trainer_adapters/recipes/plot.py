@@ -1,7 +1,9 @@
 """reward_curve.png: held-out reward against training step. Two panels sharing the reward axis,
 the SFT phase (shaded) and the GRPO phase, because SFT takes tens of times more steps than GRPO
 and one step axis would squeeze the GRPO part into a sliver. GRPO's panel starts at the SFT
-checkpoint's point, so the two curves join."""
+checkpoint's point, so the two curves join. With the greedy references (eval.greedy_reference),
+GRPO's panel also shows the post-SFT checkpoint decoded greedily (a dashed line: about what
+sharpening the sampled policy can reach) and the final one (a cross at the last step)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,14 @@ def _errors(points: list[dict[str, Any]]) -> list[list[float]]:
     return [lo, hi]
 
 
-def plot_curve(points: list[dict[str, Any]], sft_steps: int, path: Path, *, title: str) -> Path:
+def plot_curve(
+    points: list[dict[str, Any]],
+    sft_steps: int,
+    path: Path,
+    *,
+    title: str,
+    greedy: dict[str, float] | None = None,
+) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display here, and none needed
@@ -48,6 +57,13 @@ def plot_curve(points: list[dict[str, Any]], sft_steps: int, path: Path, *, titl
         capsize=3,
         label="GRPO, verified reward only",
     )
+    greedy = greedy or {}
+    if "sft" in greedy:
+        right.axhline(greedy["sft"], color="tab:gray", linestyle="--", linewidth=1, label="SFT checkpoint, greedy")
+    if "rl" in greedy and rl:
+        right.plot(
+            [rl[-1]["step"] - sft_steps], [greedy["rl"]], "x", color="tab:red", markersize=8, label="final, greedy"
+        )
     right.set_xlabel("GRPO step (after SFT)")
     right.legend(loc="upper left", fontsize=8)
     for ax in (left, right):

@@ -64,7 +64,8 @@ def rl_timing(cfg: RecipeConfig, info: dict[str, Any]) -> dict[str, Any]:
 
 
 class Evaluator(Protocol):
-    def __call__(self, model_dir: Path, label: str) -> Measurement: ...
+    # greedy: one sample a task at temperature 0 instead of the recipe's evaluation plan
+    def __call__(self, model_dir: Path, label: str, *, greedy: bool = False) -> Measurement: ...
 
 
 @dataclass
@@ -153,6 +154,8 @@ def load_state(layout: Layout, cfg: RecipeConfig, resume: bool) -> State:
     state.config = cfg.as_dict()
     # An unfinished phase restarts from scratch: drop what it had measured.
     state.curve = [p for p in state.curve if p["phase"] in state.done]
+    greedy = state.info.get("greedy") or {}
+    state.info["greedy"] = {phase: g for phase, g in greedy.items() if phase in state.done}
     return state
 
 
@@ -194,6 +197,22 @@ class RecipeRun:
         self.state.save(self.layout.state)
         log.info("held-out reward at %s (step %d): %.3f", label, step, m.reward)
         return point
+
+    def _greedy_reference(self, model: Any, tokenizer: Any, phase: str) -> None:
+        """The checkpoint decoded greedily (eval.greedy_reference), kept beside the curve."""
+        if not self.cfg.eval.greedy_reference or self.cfg.eval.temperature == 0:
+            return
+        label = f"{phase}-greedy"
+        ckpt = _save(model, tokenizer, self.layout.work / "eval-model")
+        m = self.evaluate(ckpt, label, greedy=True)
+        self.state.info.setdefault("greedy", {})[phase] = {
+            "reward": m.reward,
+            "ci": list(m.ci) if m.ci else None,
+            "failure_fraction": m.failure_fraction,
+            "report": m.report,
+        }
+        self.state.save(self.layout.state)
+        log.info("held-out reward of the %s checkpoint, greedy: %.3f", phase, m.reward)
 
     def _phase(self, name: str, fn) -> None:
         if name in self.state.done:
@@ -256,12 +275,13 @@ class RecipeRun:
         every = self.cfg.sft.eval_every
 
         def on_step(step: int, loss: float) -> None:
-            if every and step % every == 0:
+            if every and step % every == 0 and step >= self.cfg.sft.eval_from:
                 self._measure(model, tok, "sft", step, f"sft-step-{step}")
 
         result = train_sft(model, examples, self.cfg.sft, pad_id=tok.pad_token_id, seed=self.cfg.seed, on_step=on_step)
         if not self.state.curve or self.state.curve[-1]["label"] != f"sft-step-{result.steps}":
             self._measure(model, tok, "sft", result.steps, f"sft-step-{result.steps}")
+        self._greedy_reference(model, tok, "sft")
         _save(model, tok, self.layout.checkpoint("sft"))
         self.state.info.update(sft_steps=result.steps, sft_final_loss=result.final_loss, sft_tokens=result.tokens)
 
@@ -286,6 +306,7 @@ class RecipeRun:
         result = train_grpo(self.cfg, model, tok, rows, self.layout.work / "grpo", on_step=on_step)
         if self.state.curve[-1]["phase"] != "rl":  # stopped before its last step: measure what it reached
             self._measure(model, tok, "rl", base + result.steps, f"rl-step-{result.steps}")
+        self._greedy_reference(model, tok, "rl")
         _save(model, tok, self.layout.model)
         self.state.info.update(
             rl_steps=result.steps,
@@ -307,6 +328,7 @@ class RecipeRun:
             return [p for p in curve if p["phase"] == phase][-1]["reward"]
 
         before, sft, rl = last("before"), last("sft"), last("rl")
+        greedy = info.get("greedy") or {}
         seconds = round(sum(self.state.seconds.values()), 1)
         cfg = self.cfg
         metrics = {
@@ -318,6 +340,10 @@ class RecipeRun:
             "reward_before": before,
             "reward_after_sft": sft,
             "reward_after_rl": rl,
+            # eval.greedy_reference: the post-SFT and final checkpoints decoded greedily (else None)
+            "reward_after_sft_greedy": (greedy.get("sft") or {}).get("reward"),
+            "reward_after_rl_greedy": (greedy.get("rl") or {}).get("reward"),
+            "greedy": greedy or None,
             "steps": info["sft_steps"] + info["rl_steps"],
             "sft_steps": info["sft_steps"],
             "rl_steps": info["rl_steps"],
@@ -346,5 +372,11 @@ class RecipeRun:
             f"{cfg.name}: held-out reward on {info['heldout_tasks']} {cfg.env} tasks "
             f"(before {before:.2f}, SFT {sft:.2f}, GRPO {rl:.2f})"
         )
-        plot_curve(curve, info["sft_steps"], self.layout.root / "reward_curve.png", title=title)
+        plot_curve(
+            curve,
+            info["sft_steps"],
+            self.layout.root / "reward_curve.png",
+            title=title,
+            greedy={phase: g["reward"] for phase, g in greedy.items()},
+        )
         return metrics
