@@ -96,7 +96,7 @@ def test_no_greedy_reference_when_off_or_where_the_evaluation_is_greedy_already(
         raise AssertionError(f"no evaluation expected, got {label}")
 
     run = RecipeRun(dataclasses.replace(SHORT, eval=plan), tmp_path / "run", evaluate)
-    run._greedy_reference(None, None, "sft")  # returns before touching the (absent) model
+    run._greedy_reference(tmp_path / "no-checkpoint", "sft")  # returns before evaluating anything
     assert "greedy" not in run.state.info
 
 

@@ -198,13 +198,11 @@ class RecipeRun:
         log.info("held-out reward at %s (step %d): %.3f", label, step, m.reward)
         return point
 
-    def _greedy_reference(self, model: Any, tokenizer: Any, phase: str) -> None:
-        """The checkpoint decoded greedily (eval.greedy_reference), kept beside the curve."""
+    def _greedy_reference(self, ckpt: Path, phase: str) -> None:
+        """The phase's saved checkpoint decoded greedily (eval.greedy_reference), kept beside the curve."""
         if not self.cfg.eval.greedy_reference or self.cfg.eval.temperature == 0:
             return
-        label = f"{phase}-greedy"
-        ckpt = _save(model, tokenizer, self.layout.work / "eval-model")
-        m = self.evaluate(ckpt, label, greedy=True)
+        m = self.evaluate(ckpt, f"{phase}-greedy", greedy=True)
         self.state.info.setdefault("greedy", {})[phase] = {
             "reward": m.reward,
             "ci": list(m.ci) if m.ci else None,
@@ -281,8 +279,7 @@ class RecipeRun:
         result = train_sft(model, examples, self.cfg.sft, pad_id=tok.pad_token_id, seed=self.cfg.seed, on_step=on_step)
         if not self.state.curve or self.state.curve[-1]["label"] != f"sft-step-{result.steps}":
             self._measure(model, tok, "sft", result.steps, f"sft-step-{result.steps}")
-        self._greedy_reference(model, tok, "sft")
-        _save(model, tok, self.layout.checkpoint("sft"))
+        self._greedy_reference(_save(model, tok, self.layout.checkpoint("sft")), "sft")
         self.state.info.update(sft_steps=result.steps, sft_final_loss=result.final_loss, sft_tokens=result.tokens)
 
     def _rl(self) -> None:
@@ -306,8 +303,7 @@ class RecipeRun:
         result = train_grpo(self.cfg, model, tok, rows, self.layout.work / "grpo", on_step=on_step)
         if self.state.curve[-1]["phase"] != "rl":  # stopped before its last step: measure what it reached
             self._measure(model, tok, "rl", base + result.steps, f"rl-step-{result.steps}")
-        self._greedy_reference(model, tok, "rl")
-        _save(model, tok, self.layout.model)
+        self._greedy_reference(_save(model, tok, self.layout.model), "rl")
         self.state.info.update(
             rl_steps=result.steps,
             rl_train_reward=result.train_reward,
