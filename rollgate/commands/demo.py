@@ -235,5 +235,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"trajectories: {out}")
     if stats.failures:
         print(f"failures: {failures_path(out)} ({stats.failures})")
-    print(f"next: rollgate serve, then open http://{settings.host}:{settings.port}/ui to browse trajectories")
+    # The demo's own server is gone once it returns: the hint starts one that stays.
+    print(
+        "next: `rollgate serve --port 8000`, then `rollgate collect --tasks "
+        f"{tasks} --out rollouts.jsonl --gateway http://127.0.0.1:8000` and open "
+        "http://127.0.0.1:8000/ui to browse the trajectories in the viewer"
+    )
     return 0

@@ -150,14 +150,23 @@ def _run_eval(args: argparse.Namespace) -> int:
         source = GatewaySource(args.gateway, api_key=args.api_key or settings.api_key)
     else:
         source = StackSource(settings, opts.envs, concurrency=args.concurrency)
-    bar = tqdm(total=0, unit="sample", file=sys.stderr, disable=args.no_progress, dynamic_ncols=True)
+    # The bar appears once the tasks are known, and is gone before any error is printed: an error
+    # drawn between two bars is easy to miss.
+    bars: list[tqdm] = []
+
+    def on_total(n: int) -> None:
+        if not bars:
+            bars.append(tqdm(total=n, unit="sample", file=sys.stderr, disable=args.no_progress, dynamic_ncols=True))
+        bars[0].reset(total=n)
+
     try:
-        result = run_eval(opts, source, on_total=lambda n: bar.reset(total=n), on_sample=lambda _s: bar.update(1))
+        result = run_eval(opts, source, on_total=on_total, on_sample=lambda _s: bars and bars[0].update(1))
     except KeyboardInterrupt:
-        bar.close()
         print(f"interrupted; {opts.out}/samples.jsonl keeps what finished: re-run with --resume", file=sys.stderr)
         return 130
-    bar.close()
+    finally:
+        for bar in bars:
+            bar.close()
     if result.skipped_rows:
         print(f"{result.skipped_rows} task rows of other environments were skipped", file=sys.stderr)
     if result.overlap:

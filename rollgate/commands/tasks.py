@@ -13,7 +13,9 @@ from pathlib import Path
 def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("env", metavar="ENV", help="environment name (see `rollgate envs`)")
     p.add_argument("--n", type=int, required=True, help="number of task rows")
-    p.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    # Required, as `rollgate eval --n` requires it: a silent default makes two "different" task
+    # files the same tasks.
+    p.add_argument("--seed", type=int, required=True, help="generator seed (the same seed gives the same tasks)")
     p.add_argument("--out", required=True, metavar="FILE", help="JSONL file to write")
     p.add_argument("--config", metavar="JSON", help="generator config, e.g. '{\"min_terms\": 3}' (reasoning_gym)")
     p.add_argument("--split", choices=["train", "eval"], default="train", help="train (default) or held-out eval")

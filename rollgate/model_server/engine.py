@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from rollgate.core.hf_compat import cache_kwarg
 from rollgate.model_server.backend import SamplingParams
 from rollgate.model_server.kv_cache import Hit, PrefixKVCache, cat_left_padded, row_kv, stack_prefixes
 
@@ -266,9 +267,8 @@ class Engine:
             from transformers import DynamicCache
 
             past = DynamicCache(ddp_cache_data=stack_prefixes([h.kv if h else None for h in hits], past_w))
-        out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=past, use_cache=True, logits_to_keep=1
-        )
+        kw = {cache_kwarg(self.model): past}
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **kw)
         self.stats["prefill_tokens"] += sum(len(r.prompt) - p for r, p in zip(rows, pre, strict=True))
         self.stats["reused_tokens"] += sum(pre)
         cache = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
@@ -295,7 +295,8 @@ class Engine:
         mask = torch.cat([self._mask, torch.ones((n, 1), dtype=torch.long, device=self.device)], dim=1)
         pos = mask.sum(-1, keepdim=True) - 1
         cache = DynamicCache(ddp_cache_data=self._cache)
-        out = self.model(input_ids=last, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+        kw = {cache_kwarg(self.model): cache}
+        out = self.model(input_ids=last, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
         self._cache = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
         self._mask = mask
         self.stats["decode_s"] += time.perf_counter() - started

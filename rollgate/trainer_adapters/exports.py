@@ -75,6 +75,15 @@ def read_trajectories(path: Path, stats: ExportStats | None = None) -> Iterator[
             if not isinstance(obj, dict):
                 raise ExportError("a record must be a JSON object", line=line_no)
             version = obj.get("schema_version")
+            if version is None and "responses_create_params" in obj:
+                # the most common mistake: a task file (the input of collect) given as --in
+                raise ExportError(
+                    "this is a task row, not a trajectory: export reads what `rollgate collect` or "
+                    "`GET /v1/rollouts/{job}/results` wrote; collect rollouts for these tasks first "
+                    "(`rollgate collect --tasks FILE --out trajectories.jsonl`)",
+                    line=line_no,
+                    field="schema_version",
+                )
             if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
                 raise ExportError(
                     f"schema_version {version!r} is not supported (this Rollgate reads 1..{SCHEMA_VERSION})",

@@ -148,9 +148,14 @@ def test_rollgate_tasks_reports_a_bad_config_naming_the_field(tmp_path, capsys):
     from rollgate.cli import main
 
     out = tmp_path / "t.jsonl"
-    assert main(["tasks", "reasoning_gym/gcd", "--n", "2", "--out", str(out), "--config", '{"nope": 1}']) == 2
+    assert (
+        main(["tasks", "reasoning_gym/gcd", "--n", "2", "--seed", "0", "--out", str(out), "--config", '{"nope": 1}'])
+        == 2
+    )
     assert "config.nope" in capsys.readouterr().err and not out.exists()
-    assert main(["tasks", "textarena/Sudoku", "--n", "2", "--out", str(out), "--config", "{bad json"]) == 2
+    assert (
+        main(["tasks", "textarena/Sudoku", "--n", "2", "--seed", "0", "--out", str(out), "--config", "{bad json"]) == 2
+    )
 
 
 async def test_a_scorer_that_raises_ends_the_episode_as_env_error_naming_the_dataset(tmp_path):
@@ -241,3 +246,21 @@ async def test_many_environments_are_served_under_envs_with_routes_built_on_firs
         assert bad.status_code == 400
         missing = await c.get("/envs/nethack/tools")
         assert missing.status_code == 404 and missing.json()["error"]["field"] == "env"
+
+
+def test_rollgate_tasks_requires_a_seed_as_eval_does(tmp_path, capsys):
+    from rollgate.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["tasks", "math", "--n", "2", "--out", str(tmp_path / "t.jsonl")])
+    assert exit_.value.code == 2 and "--seed" in capsys.readouterr().err
+
+
+def test_a_split_with_no_tasks_points_at_the_other_split(tmp_path, capsys):
+    from rollgate.cli import main
+
+    # Every starting position of TowerOfHanoi's default config hashes into the eval split.
+    args = ["tasks", "textarena/TowerOfHanoi", "--n", "1", "--seed", "0", "--out", str(tmp_path / "t.jsonl")]
+    assert main(args) == 2
+    assert "--split eval has" in capsys.readouterr().err
+    assert main([*args, "--split", "eval"]) == 0

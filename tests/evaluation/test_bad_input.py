@@ -116,3 +116,26 @@ def test_a_samples_file_of_an_unknown_schema_version_is_refused(run_cli, tmp_pat
     (out / "samples.jsonl").write_bytes(b"".join(jsonutil.dumps(x) + b"\n" for x in lines))
     err = refused(run_cli, "eval", "--env", "math", "--tasks", tasks, "--k", 1, "--out", out, *SCRIPTED, "--resume")
     assert "schema_version 7 is not a samples schema" in err and "(field schema_version)" in err
+
+
+def test_an_unreachable_gateway_is_reported_without_a_progress_bar_around_it(run_cli, tasks, tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rc, _, err = run_cli(
+        "eval",
+        "--env",
+        "math",
+        "--tasks",
+        tasks,
+        "--k",
+        1,
+        "--out",
+        tmp_path / "o",
+        "--gateway",
+        f"http://127.0.0.1:{port}",
+    )
+    assert rc != 0 and f"cannot reach the gateway at http://127.0.0.1:{port}" in err
+    assert "sample/s" not in err and "it/s" not in err  # no bar was drawn before the tasks were known

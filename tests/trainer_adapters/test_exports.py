@@ -142,3 +142,14 @@ def test_missing_input_file_is_a_clear_error(tmp_path):
     with pytest.raises(ExportError) as info:
         export(tmp_path / "absent.jsonl", tmp_path / "o.jsonl", "jsonl")
     assert info.value.field == "in" and "cannot read" in info.value.message
+
+
+def test_exporting_a_task_file_says_it_is_tasks_not_trajectories(tmp_path, capsys):
+    from rollgate.cli import main
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"responses_create_params": {"input": "2+2?"}, "expected_answer": "4"}) + "\n")
+    assert main(["export", "--in", str(tasks), "--out", str(tmp_path / "out.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "task row, not a trajectory" in err and "rollgate collect" in err
+    assert not (tmp_path / "out.jsonl").exists()

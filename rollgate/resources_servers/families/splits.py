@@ -48,16 +48,22 @@ def take(
     """The first n rows of `split` among (key, row) candidates, each key once."""
     seen: set[str] = set()
     rows: list[dict[str, Any]] = []
+    other = 0  # distinct tasks of the other split, for the hint below
     for key, row in candidates:
-        if key in seen or split_of(key) != split:
+        if key in seen:
             continue
         seen.add(key)
+        if split_of(key) != split:
+            other += 1
+            continue
         rows.append({**row, "split": split})
         if len(rows) == n:
             return rows
+    flip = "eval" if split == "train" else "train"
+    hint = f"--split {flip} has {other} of them, " if other else ""
     raise BadRequest(
         f"{what}: only {len(rows)} distinct {split} tasks in {scanned}, asked for {n} "
-        "(its task space is small for this config: ask for fewer, or widen the config)",
+        f"(its task space is small for this config: {hint}ask for fewer, or widen the config)",
         component="tasks",
         field="n",
     )

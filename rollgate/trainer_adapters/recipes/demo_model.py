@@ -27,6 +27,7 @@ from rollgate.trainer_adapters.recipes.config import RecipeConfig
 log = logging.getLogger("rollgate.train")
 
 STAMP = "rollgate_recipe.json"
+PROGRESS_EVERY_S = 10.0
 Progress = Callable[[str], None]
 
 
@@ -81,11 +82,20 @@ def build_sft_model(
         examples = [tokenize_messages(tok, r["messages"], tools) for r in records]
         total = max(1, int(len(examples) // cfg.sft.batch_size * cfg.sft.epochs + 0.999999))
         say(f"{cfg.name}: supervised fine-tuning, {total} steps of {cfg.sft.batch_size} demonstrations")
-        every = max(1, total // 5)
+        # A line every PROGRESS_EVERY_S seconds, not every fifth of the run: on a loaded machine a
+        # fifth took five minutes, which reads as a hang.
+        sft_start, last = time.perf_counter(), [time.perf_counter()]
 
         def on_step(step: int, loss: float) -> None:
-            if step % every == 0 or step == total:
-                say(f"{cfg.name}: SFT step {step}/{total}, loss {loss:.3f} ({time.perf_counter() - started:.0f}s)")
+            now = time.perf_counter()
+            if now - last[0] < PROGRESS_EVERY_S and step != total:
+                return
+            last[0] = now
+            eta = (now - sft_start) / step * (total - step)
+            say(
+                f"{cfg.name}: SFT step {step}/{total}, loss {loss:.3f} "
+                f"({now - started:.0f}s so far, about {eta:.0f}s left)"
+            )
 
         result = train_sft(model, examples, cfg.sft, pad_id=tok.pad_token_id, seed=cfg.seed, on_step=on_step)
         model.save_pretrained(out)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rollgate.core.hf_compat import cache_kwarg
 from rollgate.trainer_adapters.recipes.config import SFTPhase
 
 log = logging.getLogger("rollgate.train")
@@ -67,7 +68,8 @@ def batch_loss(model: Any, batch: Sequence[tuple[list[int], list[int]]], pad_id:
         cache = pre.past_key_values
         cache.batch_repeat_interleave(b)
         positions = torch.arange(p, p + width).unsqueeze(0).expand(b, -1)
-        out = model(input_ids=suffix, attention_mask=attn, past_key_values=cache, position_ids=positions)
+        kw = {cache_kwarg(model): cache}
+        out = model(input_ids=suffix, attention_mask=attn, position_ids=positions, **kw)
     else:
         out = model(input_ids=suffix, attention_mask=attn)
     logits = out.logits[:, :-1].float()
