@@ -4,18 +4,18 @@ Both sides go through `mathexpr.parse` (whitelist, length and size bounds) and a
 sympy from the checked tree. Constant answers compare numerically with a relative tolerance;
 answers with variables compare at fixed sample points (deterministic, and cheaper than
 `simplify`, which can take unbounded time). Two constant answers skip sympy: the exact evaluator
-of mathexpr compares them. The whole comparison runs on a worker thread and is abandoned after
-`timeout_s` (graded not equal: only a pathological answer gets there); the size bounds keep the
-abandoned work short.
+of mathexpr compares them. Answers that grammar cannot read (sets, intervals, matrices, `\\text`)
+go to Hugging Face's math-verify. Comparisons that need sympy run in the worker processes of a
+`MathGrader` (math_grader.py), under a time limit measured inside the worker.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 # Imported here, not inside the timed comparison: a first sympy import takes seconds and must
 # never count against an answer's time budget.
@@ -23,9 +23,11 @@ import sympy
 
 from rollgate.verifiers.mathexpr import ExprError, evaluate, parse, to_python_syntax, to_sympy
 
+if TYPE_CHECKING:
+    from rollgate.verifiers.math_grader import MathGrader
+
 log = logging.getLogger("rollgate.verifiers")
 
-_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="math-equiv")
 # Sample points for expressions with variables: odd rationals avoid removable singularities
 # (x=0, x=1) that make unequal expressions look equal.
 _SAMPLES = [(0.37, 1.91, -2.3), (1.73, -0.61, 2.9), (-1.17, 2.47, 0.53), (2.21, 0.83, -1.39)]
@@ -75,11 +77,12 @@ def _compare(given: str, expected: str, rel_tol: float, abs_tol: float) -> Equiv
     try:
         want = to_sympy(parse(_strip_lhs(expected), symbols=True, latex=True))
     except ExprError as exc:
-        raise ValueError(f"expected answer {expected!r} is not a valid expression: {exc}") from None
+        return _by_math_verify(given, expected, f"expected answer {expected!r} is not a valid expression: {exc}")
     try:
         got = to_sympy(parse(_strip_lhs(given), symbols=True, latex=True))
     except (ExprError, TypeError, ValueError, ZeroDivisionError) as exc:
-        return Equivalence(False, f"unparseable: {exc}")
+        eq = _by_math_verify(given, expected, None)
+        return eq if eq.equal else Equivalence(False, f"unparseable: {exc}")
     free = sorted(got.free_symbols | want.free_symbols, key=lambda s: s.name)
     if not free:
         try:
@@ -100,20 +103,66 @@ def _compare(given: str, expected: str, rel_tol: float, abs_tol: float) -> Equiv
     return Equivalence(True, "symbolic")
 
 
+# What only math-verify reads: sets, intervals and tuples, matrices, \\text, unions, infinity.
+_STRUCTURED = re.compile(r"\\[{}]|\\text|\\mathrm|\\begin|\\cup|\\cap|\\infty|[\[(].*,.*[\])]")
+
+
+def looks_structured(text: str) -> bool:
+    """Does this answer hold a structure only math-verify reads (a cheap syntactic check)?"""
+    return bool(_STRUCTURED.search(text))
+
+
+def _by_math_verify(given: str, expected: str, expected_error: str | None) -> Equivalence:
+    """Sets, intervals, matrices and `\\text` answers, which mathexpr's grammar does not read, by
+    math-verify. Only the first expression of each side counts: a reply that lists many candidates
+    must not match by one of them. `expected_error` is raised when math-verify cannot read the
+    expected answer either (bad data, not a wrong answer). Its own signal-based timeouts are off:
+    the grader's worker bounds the whole comparison."""
+    from math_verify import parse as mv_parse
+    from math_verify import verify as mv_verify
+
+    def first(text: str) -> object | None:
+        found = mv_parse(f"${text}$", extraction_mode="first_match", parsing_timeout=None)  # type: ignore[arg-type]
+        return found[0] if found else None
+
+    if not looks_structured(expected):
+        # math-verify reads almost any text as a product of symbols: an expected answer that is not
+        # a structure mathexpr lacks (set, interval, tuple, matrix, text) is bad data, not a set
+        if expected_error is not None:
+            raise ValueError(expected_error)
+        return Equivalence(False, "unparseable")
+    want = first(expected)
+    if want is None:
+        if expected_error is not None:
+            raise ValueError(expected_error)
+        return Equivalence(False, "unparseable by math-verify")
+    got = first(given)
+    if got is None:
+        return Equivalence(False, "unparseable by math-verify")
+    return Equivalence(bool(mv_verify(want, got, timeout_seconds=None)), "math-verify")
+
+
 def check_equivalence(
-    given: str, expected: str, *, rel_tol: float = 1e-6, abs_tol: float = 1e-9, timeout_s: float = 5.0
+    given: str,
+    expected: str,
+    *,
+    rel_tol: float = 1e-6,
+    abs_tol: float = 1e-9,
+    timeout_s: float = 5.0,
+    grader: MathGrader | None = None,
 ) -> Equivalence:
     """Compare an answer with the expected one. A malformed `expected` is a ValueError (bad data);
-    a malformed `given` is simply not equal."""
+    a malformed `given` is simply not equal. Pass the `MathGrader` of the caller (an environment
+    owns one) to reuse its worker processes; without one, a grader is made for this call."""
     fast = constant_equivalence(given, expected, rel_tol=rel_tol, abs_tol=abs_tol)
     if fast is not None:
-        return fast  # no sympy: no worker thread (a hand-off costs more than the comparison)
-    future = _POOL.submit(_compare, given, expected, rel_tol, abs_tol)
-    try:
-        return future.result(timeout=timeout_s)
-    except concurrent.futures.TimeoutError:
-        log.warning("math equivalence check exceeded %.1fs; graded as not equal", timeout_s)
-        return Equivalence(False, "timeout")
+        return fast  # no sympy: no worker (a hand-off costs more than the comparison)
+    if grader is not None:
+        return grader.compare(given, expected, rel_tol=rel_tol, abs_tol=abs_tol)
+    from rollgate.verifiers.math_grader import MathGrader
+
+    with MathGrader(workers=1, timeout_s=timeout_s) as own:
+        return own.compare(given, expected, rel_tol=rel_tol, abs_tol=abs_tol)
 
 
 def math_equivalent(given: str | None, expected: str, **kwargs) -> bool:

@@ -112,3 +112,24 @@ async def test_malformed_rows_are_bad_requests(row, needle):
     with pytest.raises(BadRequest) as exc:
         await rt.seed(row)
     assert needle in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "expected, response, reward",
+    [
+        ("\\{1, 2\\}", "Answer: \\{2, 1\\}", 1.0),  # sets, intervals: math-verify grades them
+        ("\\{1, 2\\}", "Answer: \\{1, 3\\}", 0.0),
+        ("(0, 1]", "The interval is \\boxed{(0,1]}", 1.0),
+        ("(0, 1]", "Answer: [0, 1)", 0.0),
+    ],
+)
+async def test_structured_answers_are_graded_in_the_environments_own_grader(expected, response, reward):
+    rt = runtime("math")
+    try:
+        sid = (await rt.seed({**ROW, "expected_answer": expected})).session_id
+        result = await rt.verify(sid, VerifyRequest(response=response))
+        assert result.reward == reward, (response, result)
+        assert result.metrics["match"] == "math-verify"
+    finally:
+        await rt.env.aclose()  # the environment owns its grading workers and stops them
+    assert rt.env.grader._pool is None

@@ -104,13 +104,15 @@ def test_huge_powers_fail_fast_instead_of_hanging():
         ("", "1", False),
     ],
 )
-def test_math_equivalence(given, expected, equal):
-    assert math_equivalent(given, expected) is equal, check_equivalence(given, expected)
+def test_math_equivalence(given, expected, equal, grader):
+    assert math_equivalent(given, expected, grader=grader) is equal, check_equivalence(given, expected, grader=grader)
 
 
-def test_a_malformed_expected_answer_is_a_data_error():
+def test_a_malformed_expected_answer_is_a_data_error(grader):
     with pytest.raises(ValueError, match="expected answer"):
-        check_equivalence("x**2", "import os")  # a symbolic answer forces the sympy path
+        check_equivalence("x**2", "import os", grader=grader)  # a symbolic answer forces the sympy path
+    with pytest.raises(ValueError, match="expected answer"):
+        check_equivalence("x**2", "import os")  # a grader of its own for one call: same contract
 
 
 def test_none_is_never_equivalent():

@@ -23,7 +23,8 @@ from rollgate.resources_servers.base import Environment, ToolError, final_respon
 from rollgate.resources_servers.envs.math_problems import generate
 from rollgate.verifiers.answers import extract_final_answer
 from rollgate.verifiers.compose import weighted_sum
-from rollgate.verifiers.math_equiv import check_equivalence, constant_equivalence
+from rollgate.verifiers.math_equiv import constant_equivalence, looks_structured
+from rollgate.verifiers.math_grader import MathGrader
 from rollgate.verifiers.mathexpr import MAX_TEXT, ExprError, evaluate, format_number, parse
 
 INSTRUCTIONS = (
@@ -45,7 +46,7 @@ class MathRow(BaseModel):
     model_config = ConfigDict(extra="allow")
     expected_answer: Annotated[str, Field(json_schema_extra=EXPRESSION_SCHEMA)] | JsonInt | float = Field(
         description="the answer: a number, or an expression (a fraction, or in x for algebra); "
-        "after an '=', the right-hand side"
+        "after an '=', the right-hand side; or a set, interval, tuple, matrix or \\text{...} in LaTeX"
     )
 
     @field_validator("expected_answer")
@@ -55,7 +56,8 @@ class MathRow(BaseModel):
             try:
                 parse(value.rsplit("=", 1)[-1], symbols=True, latex=True)
             except ExprError as exc:
-                raise ValueError(f"{value[:80]!r} is not a valid expression: {exc}") from None
+                if not looks_structured(value):  # sets, intervals, matrices: math-verify reads them
+                    raise ValueError(f"{value[:80]!r} is not a valid expression: {exc}") from None
         return value
 
 
@@ -71,6 +73,13 @@ class MathEnv(Environment):
     State = MathState
     Row = MathRow
     reverify = "answer"
+
+    def __init__(self) -> None:
+        # The environment owns its grading workers (started on the first symbolic answer).
+        self.grader = MathGrader()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.grader.close)
 
     def seed(self, task: TaskRow, rng: random.Random) -> MathState:
         # the runtime validated the row with MathRow
@@ -98,10 +107,10 @@ class MathEnv(Environment):
             eq_reason, equal = "no answer found", False
         else:
             # Constant answers (the common case) compare inline: bounded and cheaper than a thread
-            # hand-off. sympy work runs off the event loop; check_equivalence bounds its time itself.
+            # hand-off. sympy work runs in the grader's worker processes, under its time limit.
             eq = constant_equivalence(answer, state.expected_answer)
             if eq is None:
-                eq = await asyncio.to_thread(check_equivalence, answer, state.expected_answer)
+                eq = await asyncio.to_thread(self.grader.compare, answer, state.expected_answer)
             eq_reason, equal = eq.reason, eq.equal
         return weighted_sum(
             {"correct": 1.0 if equal else 0.0},
