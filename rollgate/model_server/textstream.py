@@ -9,6 +9,8 @@ the start of a tag. Everything after the first tag is sent when the response is 
 
 from __future__ import annotations
 
+from tokenizers.decoders import DecodeStream
+
 from rollgate.model_server.output import TAGS
 
 _LONGEST_TAG = max(len(t) for t in TAGS)
@@ -17,11 +19,17 @@ _LONGEST_TAG = max(len(t) for t in TAGS)
 class IncrementalDetokenizer:
     """Decodes one token at a time. A byte-level tokenizer can split one character over several
     tokens, so text is released only once it no longer ends in a partial character; the deltas
-    add up to the decoding of all the ids."""
+    add up to the decoding of all the ids.
+
+    A fast (Rust) tokenizer streams through `tokenizers`' DecodeStream, which keeps the decoding
+    state itself; other tokenizers decode a short window twice per token."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self.ids: list[int] = []
+        rust = getattr(tokenizer, "backend_tokenizer", None)
+        self._stream = DecodeStream(skip_special_tokens=False) if rust is not None else None
+        self._rust = rust
         self._prefix = 0  # decode from here: a few tokens of context keep word boundaries exact
         self._read = 0  # text of ids before this has been released
 
@@ -30,6 +38,8 @@ class IncrementalDetokenizer:
 
     def push(self, token_id: int) -> str:
         self.ids.append(token_id)
+        if self._stream is not None:
+            return self._stream.step(self._rust, token_id) or ""
         before = self._decode(self.ids[self._prefix : self._read])
         now = self._decode(self.ids[self._prefix :])
         if len(now) <= len(before) or now.endswith("\ufffd"):

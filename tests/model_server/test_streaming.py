@@ -159,3 +159,23 @@ def test_incremental_detokenizer_deltas_add_up_to_the_decoded_text(tiny_model_di
     deltas = [detok.push(i) for i in ids]
     assert "".join(deltas) == tok.decode(ids, skip_special_tokens=False) == text
     assert not any("\ufffd" in d for d in deltas)
+
+
+def test_decode_stream_and_the_window_fallback_give_the_same_deltas_on_any_ids(tiny_model_dir):
+    """Random ids split characters anywhere (byte-level BPE): the DecodeStream path and the
+    pure-Python window path release the same text, and it adds up to one decode of all ids."""
+    import random
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    rng = random.Random(7)
+    for _ in range(20):
+        ids = [rng.randrange(len(tok)) for _ in range(rng.randint(1, 60))]
+        fast = IncrementalDetokenizer(tok)
+        slow = IncrementalDetokenizer(tok)
+        slow._stream = None  # the fallback for tokenizers without a Rust backend
+        fast_text = "".join(fast.push(i) for i in ids)
+        slow_text = "".join(slow.push(i) for i in ids)
+        whole = tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        assert fast_text == slow_text
+        # all of it, but a partial character at the very end, which is held back until it completes
+        assert whole.startswith(fast_text) and set(whole[len(fast_text) :]) <= {"\ufffd"}
