@@ -86,7 +86,6 @@ class StackSource:
                 component=COMPONENT,
                 field="--env",
             )
-        await stack.start()
         pending: Iterator[SampleRequest] = iter(requests)
 
         async def worker() -> None:

@@ -122,6 +122,8 @@ class Environment:
     # of the seed routes publishes its schema. None: `seed` checks the row itself.
     Row: ClassVar[type[BaseModel] | None] = None
     _tool_specs: ClassVar[dict[str, ToolSpec]]
+    _async_hooks: ClassVar[frozenset[str]] = frozenset()  # which lifecycle hooks are coroutines
+    _holds_sessions: ClassVar[bool] = False  # does it override close_session?
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -132,13 +134,26 @@ class Environment:
                     spec = _build_spec(cls, attr, value)
                     specs[spec.name] = spec
         cls._tool_specs = specs
+        cls._async_hooks = frozenset(
+            hook for hook in ("seed", "verify", "close_session") if inspect.iscoroutinefunction(getattr(cls, hook))
+        )
+        cls._holds_sessions = cls.close_session is not Environment.close_session
 
     # --- to override -------------------------------------------------------------------
+    # Each lifecycle hook may be a plain method or a coroutine (an environment that reaches an
+    # external server); the runtime reads which from the method itself, once per class.
     def seed(self, task: TaskRow, rng: random.Random) -> BaseModel | tuple[BaseModel, str | None]:
         raise NotImplementedError
 
     def verify(self, state: Any, request: VerifyRequest) -> VerifyResult:
         raise NotImplementedError
+
+    def close_session(self, state: Any) -> None:
+        """Release what one session holds outside the session store (e.g. an MCP connection).
+        The default holds nothing."""
+
+    async def aclose(self) -> None:
+        """Release what the environment holds (connections, worker processes) at shutdown."""
 
     # --- derived -----------------------------------------------------------------------
     @classmethod
@@ -238,7 +253,7 @@ class EnvRuntime:
         seed = task.seed if task.seed is not None else random.getrandbits(32)
         try:
             out = self.env.seed(task, random.Random(seed))
-            if inspect.isawaitable(out):  # seeding that reaches an external server (interop/)
+            if "seed" in self.env._async_hooks:  # seeding that reaches an external server (interop/)
                 out = await out
         except (ValueError, KeyError, TypeError, ValidationError) as exc:
             raise BadRequest(
@@ -319,7 +334,7 @@ class EnvRuntime:
                 raise BadRequest(
                     f"malformed verify request: {format_validation_error(exc)}", component=self.component, field="body"
                 ) from None
-        if request.close and getattr(self.env, "close_session", None) is None:
+        if request.close and not self.env._holds_sessions:
             # nothing to release but the stored record: read and delete it in one store call
             result = await self._verify_record(await self.store.take(session_id), request)
             return result.model_copy(update={"closed": True})
@@ -332,9 +347,7 @@ class EnvRuntime:
     async def _verify_record(self, record: dict[str, Any], request: VerifyRequest) -> VerifyResult:
         state = self.env.State.model_validate(record["state"])
         result = self.env.verify(state, request)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        return await result if "verify" in self.env._async_hooks else result
 
     async def state(self, session_id: str) -> dict[str, Any]:
         """The raw session state (tests and debugging; not exposed on the public routes)."""
@@ -343,9 +356,10 @@ class EnvRuntime:
     async def close(self, session_id: str) -> bool:
         # An environment holding per-session resources outside the store (e.g. an MCP connection)
         # releases them here; a session that is already gone has nothing to release.
-        release = getattr(self.env, "close_session", None)
-        if release is not None:
+        if self.env._holds_sessions:
             with contextlib.suppress(NotFound):
                 record = await self.store.get(session_id)
-                await release(self.env.State.model_validate(record["state"]))
+                done = self.env.close_session(self.env.State.model_validate(record["state"]))
+                if "close_session" in self.env._async_hooks:
+                    await done
         return await self.store.delete(session_id)

@@ -21,6 +21,7 @@ class EnvClient(Protocol):
         self, session_id: str, request: VerifyRequest, *, timeout_s: float | None = None
     ) -> VerifyResult: ...
     async def close(self, session_id: str, *, timeout_s: float | None = None) -> None: ...
+    async def aclose(self) -> None: ...  # the client's own connections, at shutdown
 
 
 class LocalEnvClient:
@@ -44,6 +45,9 @@ class LocalEnvClient:
 
     async def close(self, session_id, *, timeout_s=None) -> None:
         await self.runtime.close(session_id)
+
+    async def aclose(self) -> None:
+        """Nothing of its own: the runtime it calls is closed by whoever made it."""
 
 
 class HttpEnvClient:

@@ -48,9 +48,7 @@ def make_runtime(settings: Settings, env_name: str, metrics: Metrics | None = No
 async def close_runtime(runtime: EnvRuntime) -> None:
     """Shutdown: the session store, and the connections an interop environment holds."""
     await runtime.store.close()
-    closer = getattr(runtime.env, "aclose", None)
-    if closer is not None:
-        await closer()
+    await runtime.env.aclose()
 
 
 def expand_envs(spec: str) -> list[str]:

@@ -37,7 +37,6 @@ def build_app(settings: Settings) -> FastAPI:
     worker = Worker(queue, stack.agents, concurrency=settings.agent.concurrency, metrics=metrics)
 
     async def startup() -> None:
-        await stack.start()
         worker.start()
 
     async def shutdown() -> None:

@@ -8,11 +8,9 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from rollgate.agent_server.agent import Agent
 from rollgate.agent_server.plugins import AgentSet, Endpoints
@@ -39,11 +37,6 @@ class Stack:
     service: ModelService | None = None  # the in-process model service, if any
     agents: AgentSet | None = None  # every agent a job may name, `agent` included (stack/agents.py)
 
-    async def start(self) -> None:
-        start = getattr(self.service, "start", None)
-        if start is not None:
-            await _maybe_await(start())
-
     async def aclose(self) -> None:
         """Close what this stack opened: stores, clients, the model service."""
         if self.agents is not None:
@@ -52,23 +45,12 @@ class Stack:
                 await self.agents.parts.captures.aclose()
         for rt in self.runtimes.values():
             await rt.store.close()
-            closer = getattr(rt.env, "aclose", None)  # environments holding connections (interop/)
-            if closer is not None:
-                await _maybe_await(closer())
+            await rt.env.aclose()
         for client in self.agent.envs.values():
-            closer = getattr(client, "aclose", None)
-            if closer is not None:
-                await closer()
+            await client.aclose()
         await self.agent.model.aclose()
         if self.service is not None:
-            closer = getattr(self.service, "aclose", None) or getattr(self.service, "close", None)
-            if closer is not None:
-                await _maybe_await(closer())
-
-
-async def _maybe_await(value: Any) -> None:
-    if inspect.isawaitable(value):
-        await value
+            await self.service.aclose()
 
 
 def load_runtimes(settings: Settings, metrics: Metrics, names: Sequence[str] | None = None) -> dict[str, EnvRuntime]:

@@ -164,7 +164,6 @@ async def test_a_scorer_that_raises_ends_the_episode_as_env_error_naming_the_dat
     env = "reasoning_gym/prime_factorization"
     settings = Settings(home=str(tmp_path), envs=[env], model=ModelSettings(backend="scripted"))
     stack = local_stack(settings)
-    await stack.start()
     try:
         row = default_registry().get(env).tasks(1, 0, None, "train")[0]
         # the scripted model calls submit_answer with a placeholder string: int() of it raises

@@ -360,7 +360,6 @@ async def test_settings_entries_run_through_the_local_stack(tiny_model_dir, coun
     entry.update({"env_class": COUNTER} if where == "class" else {"url": counter_url})
     settings = Settings(envs=[entry], model={"backend": "scripted", "model_path": tiny_model_dir})
     stack = local_stack(settings)
-    await stack.start()
     try:
         task = {**row(step(3), step(4), {"text": "7"}), "env": entry["name"]}
         traj = await stack.agent.run(parse_row(task, known_envs=stack.agent.envs))

@@ -96,7 +96,6 @@ async def test_the_generated_template_plays_by_url_through_settings_and_the_loca
         model={"backend": "scripted", "model_path": tiny_model_dir},
     )
     stack = local_stack(settings)
-    await stack.start()
     try:
         [tool] = await stack.agent.envs["echo_box"].tools()
         assert tool["name"] == "step" and tool["parameters"]["required"] == ["message"]

@@ -91,7 +91,6 @@ async def gold_episodes(rows: list[dict[str, Any]], settings: Settings, env: str
     from rollgate.stack import local_stack
 
     stack = local_stack(settings, envs=[env])
-    await stack.start()
     limit = asyncio.Semaphore(concurrency)
 
     async def one(i: int, row: dict[str, Any]) -> Trajectory:
