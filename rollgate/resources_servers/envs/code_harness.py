@@ -2,8 +2,11 @@
 
 The harness runs inside the sandbox and only reports *values* (one marked JSON line per test
 call, in a type-strict encoding); expected values never enter the sandbox and the comparison
-happens here. So the program cannot pass a test by printing "passed", by returning an object
-whose `__eq__` always says yes, or by patching the harness: it has to return the right value.
+happens here. Two processes: the runner loads the solution and evaluates the calls; the
+supervisor, which never loads the solution, forwards the runner's values marked with a per-run
+nonce that the runner cannot read. So the program cannot pass a test by printing "passed" or
+forged records, by exiting early (`sys.exit(0)`, `os._exit(0)`), by returning an object whose
+`__eq__` always says yes, or by patching the harness: it has to return the right value.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import ast
 import inspect
 import json
 import math
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
-MARK = "\x1erollgate-test\x1e"
+MARK = "\x1erollgate-test:"  # + the run's nonce + "\x1e"
 SOLUTION_FILE = "solution.py"
+RUNNER_FILE = "_rollgate_runner.py"
 
 
 def encode_value(x: Any, _depth: int = 0) -> list:
@@ -78,14 +83,66 @@ def same_value(got: Any, expected: Any) -> bool:
     return got == expected
 
 
-_HARNESS = """from __future__ import annotations
-import json, signal, sys
+# The supervisor: the program the sandbox runs. It reads the run's nonce from stdin (never from a
+# file), makes itself undumpable (so /proc/<pid>/mem and /proc/<pid>/fd stay closed to its child),
+# starts the runner in a separate process and forwards the runner's records, checked, to stdout,
+# each marked with the nonce. The solution runs only in the runner: it can neither read the nonce
+# nor write to the supervisor's stdout, so every record the host accepts came through here.
+_SUPERVISOR = """import ctypes, json, os, subprocess, sys
+try:
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+except Exception:
+    pass
+mark = {mark!r} + sys.stdin.readline().strip() + "\\x1e"
+sys.stdin.close()
+N = {n}
+out = sys.stdout.buffer
+
+def emit(rec):
+    out.write(("\\n" + mark + json.dumps(rec) + "\\n").encode())
+    out.flush()
+
+emit({{"start": True}})
+r, w = os.pipe()
+child = subprocess.Popen(
+    [sys.executable, "-E", "-s", "-B", {runner!r}, str(w)],
+    stdin=subprocess.DEVNULL, stdout=2, stderr=2, pass_fds=(w,),
+)
+os.close(w)
+seen = set()
+with os.fdopen(r, "rb") as results:
+    while len(seen) <= N:
+        line = results.readline(1 << 20)
+        if not line:
+            break
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        if "load_error" in rec and not seen:
+            emit({{"load_error": str(rec["load_error"])[:500]}})
+            seen.add(-1)
+        i = rec.get("i")
+        if type(i) is int and 0 <= i < N and i not in seen:  # the first record of a test counts
+            seen.add(i)
+            if isinstance(rec.get("value"), list):
+                emit({{"i": i, "value": rec["value"]}})
+            else:
+                emit({{"i": i, "error": str(rec.get("error"))[:300]}})
+child.wait()
+"""
+
+# The runner: loads the solution and evaluates each call, writing plain value records to the pipe
+# the supervisor holds (fd argv[1]). It never sees the nonce or the supervisor's stdout.
+_RUNNER = """from __future__ import annotations
+import json, os, signal, sys
 {encoder}
 NAME = {name!r}
 CALLS = json.loads({calls!r})
 PER_TEST_S = {per_test_s!r}
-MARK = {mark!r}
-out = sys.stdout
+_results = os.fdopen(int(sys.argv[1]), "w")
 
 class _Timeout(BaseException):
     pass
@@ -94,12 +151,11 @@ def _alarm(signum, frame):
     raise _Timeout()
 
 def _emit(rec):
-    out.write("\\n" + MARK + json.dumps(rec) + "\\n")
-    out.flush()
+    _results.write(json.dumps(rec) + "\\n")
+    _results.flush()
 
-_emit({{"start": True}})
 signal.signal(signal.SIGALRM, _alarm)
-sys.stdout = sys.stderr  # the program's own prints must not mix with the records
+sys.stdout = sys.stderr
 ns = {{"__name__": "solution"}}
 try:
     with open({solution!r}) as f:
@@ -123,15 +179,24 @@ for i, call in enumerate(CALLS):
 """
 
 
-def harness_source(function_name: str, calls: list[str], per_test_s: float = 2.0) -> str:
-    return _HARNESS.format(
+def harness_source(n_tests: int) -> str:
+    """The supervisor program (run with `code=`, the nonce on stdin). Holds no test and no secret."""
+    return _SUPERVISOR.format(mark=MARK, n=n_tests, runner=RUNNER_FILE)
+
+
+def runner_source(function_name: str, calls: list[str], per_test_s: float = 2.0) -> str:
+    """The runner program (written to RUNNER_FILE): the calls of the tests, never their expected values."""
+    return _RUNNER.format(
         encoder=inspect.getsource(encode_value),
         name=function_name,
         calls=json.dumps(calls),
         per_test_s=per_test_s,
-        mark=MARK,
         solution=SOLUTION_FILE,
     )
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(16)
 
 
 @dataclass
@@ -179,16 +244,18 @@ def _decode(enc: list) -> Any:
     return f"<{enc[1]} object>"
 
 
-def judge(stdout: str, tests: list[tuple[str, str]]) -> HarnessReport:
-    """Read the harness's records from `stdout`; tests with no record (killed run) failed."""
+def judge(stdout: str, tests: list[tuple[str, str]], nonce: str) -> HarnessReport:
+    """Read the supervisor's records from `stdout`: only lines marked with this run's `nonce`
+    count (anything else is the program's); tests with no record (killed run) failed."""
+    mark = MARK + nonce + "\x1e"
     records: dict[int, dict] = {}
     load_error = None
     started = False
     for line in stdout.split("\n"):  # not splitlines(): it splits at the \x1e of MARK
-        if not line.startswith(MARK):
+        if not line.startswith(mark):
             continue
         try:
-            rec = json.loads(line[len(MARK) :])
+            rec = json.loads(line[len(mark) :])
         except ValueError:
             continue
         if not isinstance(rec, dict):
@@ -198,7 +265,7 @@ def judge(stdout: str, tests: list[tuple[str, str]]) -> HarnessReport:
         elif "load_error" in rec:
             load_error = str(rec["load_error"])
         elif isinstance(rec.get("i"), int):
-            records[rec["i"]] = rec  # the last one counts: the harness writes after any forgery
+            records.setdefault(rec["i"], rec)
     outcomes = []
     for i, (call, expected) in enumerate(tests):
         rec = records.get(i)
