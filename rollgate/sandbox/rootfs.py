@@ -40,7 +40,7 @@ class RootSpec:
             # bubblewrap would create a bind's parents with the host's modes (a 0700 home dir): make
             # them traversable, they hold nothing but the way to the bind.
             for parent in reversed(Path(path).parents[:-1]):
-                if str(parent) not in made and not _inside(str(parent), ["/usr", "/etc"]):
+                if str(parent) not in made and not _inside(str(parent), ["/usr"]):
                     made.add(str(parent))
                     out += ["--perms", "0755", "--dir", str(parent)]
         for target, link in self.links:
