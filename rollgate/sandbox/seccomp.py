@@ -37,6 +37,7 @@ DENIED = (
     "process_vm_readv",
     "process_vm_writev",
     "kcmp",
+    "pidfd_getfd",
     "bpf",
     "perf_event_open",
     "keyctl",
@@ -48,6 +49,9 @@ DENIED = (
     "finit_module",
     "delete_module",
     "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
     "swapon",
     "swapoff",
     "reboot",
@@ -111,7 +115,9 @@ def bpf_fd(program: bytes) -> int:
 
 
 def docker_profile() -> dict:
-    """The same refusals as a Docker seccomp profile (allow by default, EPERM for the list)."""
+    """The same refusals as a Docker seccomp profile (allow by default, EPERM for the list). Docker's
+    own default profile is an allowlist that already refuses most of these to a container without
+    capabilities (not ptrace): this one is for engines or runtimes without such a default."""
     arch = {"x86_64": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"], "aarch64": ["SCMP_ARCH_AARCH64"]}
     return {
         "defaultAction": "SCMP_ACT_ALLOW",
