@@ -60,10 +60,9 @@ def resolve_python(python: str | None, caps: Capabilities) -> str:
     if python:
         return python
     if caps.private_root:
-        # The base interpreter, never a virtual environment's (its site-packages hold Rollgate):
-        # its prefix is mounted on its own, so only its own permissions count.
+        # The base interpreter, never a virtual environment's (its site-packages hold Rollgate).
         real = os.path.realpath(sys.executable)
-        if not caps.dedicated_uid or _others_can_run(real, os.path.realpath(sys.base_prefix)):
+        if not caps.dedicated_uid or world_executable(real):
             return real
     elif not caps.dedicated_uid or world_executable(sys.executable):
         return sys.executable
@@ -71,15 +70,6 @@ def resolve_python(python: str | None, caps: Capabilities) -> str:
     if found is None:
         raise SandboxError("no python3 the sandbox user can run; set the sandbox `python` option", field="python")
     return found
-
-
-def _others_can_run(binary: str, prefix: str) -> bool:
-    try:
-        if not os.stat(binary).st_mode & 0o001:
-            return False
-        return all(os.stat(d).st_mode & 0o005 == 0o005 for d in [prefix, os.path.dirname(binary)])
-    except OSError:
-        return False
 
 
 class LocalSandbox:

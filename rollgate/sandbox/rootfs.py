@@ -127,6 +127,9 @@ def build_root(
     hide_real = [os.path.realpath(p) for p in hide]
     masked_dirs = [d for d in [*dirs, *(h for h in hide_real if os.path.isdir(h))] if _inside(d, trees)]
     masked_files = [f for f in [*files, *(h for h in hide_real if os.path.isfile(h))] if _inside(f, trees)]
+    # A mask inside another mask has nothing to cover (and no mount point left).
+    masked_dirs = [d for d in masked_dirs if not any(d != o and _inside(d, [o]) for o in masked_dirs)]
+    masked_files = [f for f in masked_files if not _inside(f, masked_dirs)]
     for tree in trees[len(binds) :]:
         # A tree that *is* a Rollgate location (or lies inside one) is never mounted at all.
         if any(_inside(tree, [d]) for d in dirs):

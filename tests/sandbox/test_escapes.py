@@ -20,8 +20,11 @@ import pytest
 
 import rollgate
 from rollgate.resources_servers.envs import code_tasks
+from rollgate.sandbox import SandboxError
 from rollgate.sandbox.isolation import probe
+from rollgate.sandbox.local import LocalProvider
 from tests.sandbox import cases
+from tests.sandbox.conftest import SMALL
 
 pytestmark = pytest.mark.skipif(
     not probe().private_root and os.environ.get("CI") != "true",
@@ -194,3 +197,34 @@ async def test_host_processes_and_the_network_are_out_of_reach(sandbox):
 
 async def test_the_provider_keeps_serving_after_every_attempt(provider):
     await cases.still_serving(provider)
+
+
+async def test_rollgate_stays_masked_inside_a_mounted_tree():
+    """An operator mounts a tree that holds Rollgate's checkout (or site-packages with Rollgate in
+    it, as in a container image): Rollgate's directory is masked there, the rest stays readable."""
+    checkout = Path(rollgate.__file__).resolve().parent.parent
+    provider = LocalProvider(SMALL, ro_paths=[str(checkout.parent)])
+    sandbox = await provider.create()
+    try:
+        code = (
+            "import json, os, sys\nout = {}\n"
+            f"sys.path.insert(0, {str(checkout)!r})\n"
+            "try:\n    import rollgate.resources_servers.envs.code_tasks\n    out['import'] = 'imported'\n"
+            "except ModuleNotFoundError as e:\n    out['import'] = e.name\n"
+            f"for p in ({code_tasks.__file__!r}, {str(checkout / 'pyproject.toml')!r}):\n"
+            "    try:\n        open(p).read()\n        out[p] = 'read'\n"
+            "    except OSError as e:\n        out[p] = e.errno\n"
+            f"out['neighbours'] = os.path.isdir({str(checkout.parent)!r})\n"
+            "print(json.dumps(out))\n"
+        )
+        out = await run(sandbox, code)
+    finally:
+        await sandbox.destroy()
+    assert out["import"] == "rollgate" and out["neighbours"] is True
+    assert out[code_tasks.__file__] == errno.EACCES and out[str(checkout / "pyproject.toml")] == errno.EACCES
+
+
+def test_a_read_only_path_inside_rollgate_is_refused():
+    with pytest.raises(SandboxError) as err:
+        LocalProvider(SMALL, ro_paths=[str(Path(code_tasks.__file__).parent)])
+    assert err.value.field == "ro_paths" and "Rollgate's own files" in str(err.value)
