@@ -20,15 +20,7 @@ from pydantic import BaseModel, Field
 from rollgate.core.metrics import Metrics
 from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import Environment, ToolError, final_response_text, tool
-from rollgate.resources_servers.envs.code_harness import (
-    RUNNER_FILE,
-    SOLUTION_FILE,
-    HarnessReport,
-    harness_source,
-    judge,
-    new_nonce,
-    runner_source,
-)
+from rollgate.resources_servers.envs.code_harness import SOLUTION_FILE, HarnessReport, harness_source, judge, new_nonce
 from rollgate.resources_servers.envs.code_tasks import BY_ID, TASKS, CodeTask
 from rollgate.sandbox import ExecResult, SandboxError, SandboxProvider, check_isolation, make_provider
 
@@ -185,9 +177,8 @@ class CodeEnv(Environment):
         sandbox = await self.sandboxes.create()
         try:
             await sandbox.write_file(SOLUTION_FILE, code)
-            runner = runner_source(state.function_name, [c for c, _ in tests], self.per_test_timeout_s)
-            await sandbox.write_file(RUNNER_FILE, runner)
-            result = await sandbox.exec(code=harness_source(len(tests)), stdin=nonce + "\n")
+            source = harness_source(state.function_name, [c for c, _ in tests], self.per_test_timeout_s)
+            result = await sandbox.exec(code=source, stdin=nonce + "\n")
         finally:
             await sandbox.destroy()
         report = judge(result.stdout, tests, nonce)

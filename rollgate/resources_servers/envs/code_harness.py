@@ -4,7 +4,7 @@ The harness runs inside the sandbox and only reports *values* (one marked JSON l
 call, in a type-strict encoding); expected values never enter the sandbox and the comparison
 happens here. Two processes: the runner loads the solution and evaluates the calls; the
 supervisor, which never loads the solution, forwards the runner's values marked with a per-run
-nonce that the runner cannot read. So the program cannot pass a test by printing "passed" or
+nonce that it reads only after forking the runner. So the program cannot pass a test by printing "passed" or
 forged records, by exiting early (`sys.exit(0)`, `os._exit(0)`), by returning an object whose
 `__eq__` always says yes, or by patching the harness: it has to return the right value.
 """
@@ -21,7 +21,6 @@ from typing import Any
 
 MARK = "\x1erollgate-test:"  # + the run's nonce + "\x1e"
 SOLUTION_FILE = "solution.py"
-RUNNER_FILE = "_rollgate_runner.py"
 
 
 def encode_value(x: Any, _depth: int = 0) -> list:
@@ -83,35 +82,87 @@ def same_value(got: Any, expected: Any) -> bool:
     return got == expected
 
 
-# The supervisor: the program the sandbox runs. It reads the run's nonce from stdin (never from a
-# file), makes itself undumpable (so /proc/<pid>/mem and /proc/<pid>/fd stay closed to its child),
-# starts the runner in a separate process and forwards the runner's records, checked, to stdout,
-# each marked with the nonce. The solution runs only in the runner: it can neither read the nonce
-# nor write to the supervisor's stdout, so every record the host accepts came through here.
-_SUPERVISOR = """import ctypes, json, os, subprocess, sys
+# The program the sandbox runs. It makes itself undumpable (so /proc/<pid>/mem and /proc/<pid>/fd
+# stay closed to other processes of the uid), then forks the runner *before* it reads the run's
+# nonce from stdin: the runner's memory never held the nonce. The runner closes stdin, points its
+# stdout at stderr, loads the solution and writes each call's value to a pipe; the supervisor, which
+# never loads the solution, forwards each value to stdout marked with the nonce. So every record the
+# host accepts came through the supervisor, and the solution cannot write one.
+_HARNESS = """from __future__ import annotations
+import json, os, signal, sys
+{encoder}
+NAME = {name!r}
+CALLS = json.loads({calls!r})
+PER_TEST_S = {per_test_s!r}
 try:
+    import ctypes
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
 except Exception:
     pass
+
+
+class _Timeout(BaseException):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout()
+
+
+def _runner(results):
+    def emit(rec):
+        results.write(json.dumps(rec) + "\\n")
+        results.flush()
+
+    signal.signal(signal.SIGALRM, _alarm)
+    ns = {{"__name__": "solution"}}
+    try:
+        with open({solution!r}) as f:
+            exec(compile(f.read(), {solution!r}, "exec"), ns)
+        if not callable(ns.get(NAME)):
+            raise NameError("the code does not define a function named " + NAME)
+    except BaseException as e:
+        emit({{"load_error": (type(e).__name__ + ": " + str(e))[:500]}})
+        return
+    for i, call in enumerate(CALLS):
+        signal.setitimer(signal.ITIMER_REAL, PER_TEST_S)
+        try:
+            rec = {{"i": i, "value": encode_value(eval(call, ns))}}
+        except _Timeout:
+            rec = {{"i": i, "error": "timed out after %gs" % PER_TEST_S}}
+        except BaseException as e:
+            rec = {{"i": i, "error": (type(e).__name__ + ": " + str(e))[:300]}}
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        emit(rec)
+
+
+r, w = os.pipe()
+sys.stdout.flush()
+if os.fork() == 0:
+    try:
+        os.close(r)
+        os.close(0)
+        os.dup2(2, 1)  # the program's own prints go to stderr; the supervisor's stdout is not its
+        sys.stdout = sys.stderr
+        _runner(os.fdopen(w, "w"))
+    finally:
+        os._exit(0)
+os.close(w)
 mark = {mark!r} + sys.stdin.readline().strip() + "\\x1e"
 sys.stdin.close()
-N = {n}
 out = sys.stdout.buffer
 
-def emit(rec):
+
+def _forward(rec):
     out.write(("\\n" + mark + json.dumps(rec) + "\\n").encode())
     out.flush()
 
-emit({{"start": True}})
-r, w = os.pipe()
-child = subprocess.Popen(
-    [sys.executable, "-E", "-s", "-B", {runner!r}, str(w)],
-    stdin=subprocess.DEVNULL, stdout=2, stderr=2, pass_fds=(w,),
-)
-os.close(w)
+
+_forward({{"start": True}})
 seen = set()
 with os.fdopen(r, "rb") as results:
-    while len(seen) <= N:
+    while len(seen) <= len(CALLS):
         line = results.readline(1 << 20)
         if not line:
             break
@@ -122,75 +173,28 @@ with os.fdopen(r, "rb") as results:
         if not isinstance(rec, dict):
             continue
         if "load_error" in rec and not seen:
-            emit({{"load_error": str(rec["load_error"])[:500]}})
+            _forward({{"load_error": str(rec["load_error"])[:500]}})
             seen.add(-1)
         i = rec.get("i")
-        if type(i) is int and 0 <= i < N and i not in seen:  # the first record of a test counts
+        if type(i) is int and 0 <= i < len(CALLS) and i not in seen:  # a test's first record counts
             seen.add(i)
             if isinstance(rec.get("value"), list):
-                emit({{"i": i, "value": rec["value"]}})
+                _forward({{"i": i, "value": rec["value"]}})
             else:
-                emit({{"i": i, "error": str(rec.get("error"))[:300]}})
-child.wait()
-"""
-
-# The runner: loads the solution and evaluates each call, writing plain value records to the pipe
-# the supervisor holds (fd argv[1]). It never sees the nonce or the supervisor's stdout.
-_RUNNER = """from __future__ import annotations
-import json, os, signal, sys
-{encoder}
-NAME = {name!r}
-CALLS = json.loads({calls!r})
-PER_TEST_S = {per_test_s!r}
-_results = os.fdopen(int(sys.argv[1]), "w")
-
-class _Timeout(BaseException):
-    pass
-
-def _alarm(signum, frame):
-    raise _Timeout()
-
-def _emit(rec):
-    _results.write(json.dumps(rec) + "\\n")
-    _results.flush()
-
-signal.signal(signal.SIGALRM, _alarm)
-sys.stdout = sys.stderr
-ns = {{"__name__": "solution"}}
-try:
-    with open({solution!r}) as f:
-        exec(compile(f.read(), {solution!r}, "exec"), ns)
-    if not callable(ns.get(NAME)):
-        raise NameError("the code does not define a function named " + NAME)
-except BaseException as e:
-    _emit({{"load_error": (type(e).__name__ + ": " + str(e))[:500]}})
-    sys.exit(0)
-for i, call in enumerate(CALLS):
-    signal.setitimer(signal.ITIMER_REAL, PER_TEST_S)
-    try:
-        rec = {{"i": i, "value": encode_value(eval(call, ns))}}
-    except _Timeout:
-        rec = {{"i": i, "error": "timed out after %gs" % PER_TEST_S}}
-    except BaseException as e:
-        rec = {{"i": i, "error": (type(e).__name__ + ": " + str(e))[:300]}}
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    _emit(rec)
+                _forward({{"i": i, "error": str(rec.get("error"))[:300]}})
+os.wait()
 """
 
 
-def harness_source(n_tests: int) -> str:
-    """The supervisor program (run with `code=`, the nonce on stdin). Holds no test and no secret."""
-    return _SUPERVISOR.format(mark=MARK, n=n_tests, runner=RUNNER_FILE)
-
-
-def runner_source(function_name: str, calls: list[str], per_test_s: float = 2.0) -> str:
-    """The runner program (written to RUNNER_FILE): the calls of the tests, never their expected values."""
-    return _RUNNER.format(
+def harness_source(function_name: str, calls: list[str], per_test_s: float = 2.0) -> str:
+    """The program a check runs (with `code=`, the nonce on stdin): the tests' calls, never their
+    expected values, and no secret."""
+    return _HARNESS.format(
         encoder=inspect.getsource(encode_value),
         name=function_name,
         calls=json.dumps(calls),
         per_test_s=per_test_s,
+        mark=MARK,
         solution=SOLUTION_FILE,
     )
 
