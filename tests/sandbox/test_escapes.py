@@ -8,21 +8,27 @@ bubblewrap: they skip without it, except in CI (CI=true), where they fail instea
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
 import platform
+import shutil
 import socket
+import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
 import pytest
 
 import rollgate
+import rollgate.sandbox.local as local_module
 from rollgate.resources_servers.envs import code_tasks
 from rollgate.sandbox import SandboxError
 from rollgate.sandbox.isolation import probe
 from rollgate.sandbox.local import LocalProvider
+from rollgate.sandbox.seccomp import bpf_fd, bpf_program
 from tests.sandbox import cases
 from tests.sandbox.conftest import SMALL
 
@@ -228,3 +234,41 @@ def test_a_read_only_path_inside_rollgate_is_refused():
     with pytest.raises(SandboxError) as err:
         LocalProvider(SMALL, ro_paths=[str(Path(code_tasks.__file__).parent)])
     assert err.value.field == "ro_paths" and "Rollgate's own files" in str(err.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="stands in for a non-root service with setpriv, which needs root")
+def test_a_non_root_service_gets_the_same_root_and_filter(monkeypatch):
+    """The `userns` mode (a service that is not root, with unprivileged user namespaces): the command
+    the provider builds, started as uid 65534, gets the private root, the filter and no_new_privs."""
+    caps = dataclasses.replace(probe(), mode="userns", root=False, dedicated_uid=False)
+    monkeypatch.setattr(local_module, "probe", lambda: caps)
+    provider = LocalProvider(SMALL, python="/usr/bin/python3")
+    work = tempfile.mkdtemp()  # pytest's tmp_path lies under a 0700 directory of root's
+    os.chown(work, 65534, 65534)
+    script = (
+        "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status; unshare -Ur true; "
+        "python3 -c 'import rollgate' 2>&1 | tail -1; ls /home; echo ok > f && cat f"
+    )
+    fd = bpf_fd(bpf_program()[0])
+    try:
+        argv, env = provider.command(["sh", "-c", script], None, work, seccomp_fd=fd)
+        assert "--unshare-user" in argv and "--cap-add" not in argv
+        done = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", *argv],
+            env=env,
+            cwd=work,
+            pass_fds=(fd,),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        os.close(fd)
+        shutil.rmtree(work, ignore_errors=True)
+    assert done.stdout.split("\n")[:4] == [
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        "ModuleNotFoundError: No module named 'rollgate'",
+        "ok",
+    ], done
+    assert "unshare failed: Operation not permitted" in done.stderr and "/home" in done.stderr, done
