@@ -205,6 +205,11 @@ async def test_the_provider_keeps_serving_after_every_attempt(provider):
     await cases.still_serving(provider)
 
 
+async def test_the_provider_level_cases_hold(provider):
+    """The cases the docker tier also runs against the deployed sandbox service."""
+    await cases.escapes_are_refused(provider, [str(Path(rollgate.__file__).parent), str(Path.home() / ".bashrc")])
+
+
 async def test_rollgate_stays_masked_inside_a_mounted_tree():
     """An operator mounts a tree that holds Rollgate's checkout (or site-packages with Rollgate in
     it, as in a container image): Rollgate's directory is masked there, the rest stays readable."""
