@@ -14,6 +14,7 @@ import pytest
 from rollgate.core.schemas import VerifyRequest
 from rollgate.core.session_store import MemorySessionStore
 from rollgate.resources_servers.base import EnvRuntime
+from rollgate.resources_servers.envs import code_tasks
 from rollgate.resources_servers.envs.code import CodeEnv, CodeState, example_tasks
 from rollgate.resources_servers.envs.code_harness import MARK, encode_value
 from rollgate.resources_servers.envs.code_tasks import TASKS
@@ -107,3 +108,17 @@ async def test_the_solution_cannot_reach_the_supervisor(env, row):
     assert all(f"denied {what} 13" in run.stderr for what in ("stdin", "stdout", "mem", "environ")), run.stderr
     # the supervisor outlived the signals and reported the (wrong) value
     assert report.started and report.outcomes[0].got == "None" and not report.outcomes[0].passed
+
+
+async def test_the_models_own_runs_hold_nothing_of_the_task(env, row):
+    """run_code: the work dir holds only the program; the task bank is neither importable nor on disk."""
+    rt = EnvRuntime(env, MemorySessionStore())
+    sid = (await rt.seed(row)).session_id
+    program = (
+        "import os\nprint(sorted(os.listdir('.')))\n"
+        "try:\n    import rollgate.resources_servers.envs.code_tasks\nexcept ModuleNotFoundError as e:\n"
+        "    print('no module', e.name)\n"
+        f"print(os.path.exists({code_tasks.__file__!r}))\n"
+    )
+    out = await rt.call_tool(sid, "run_code", {"code": program})
+    assert "--- stdout ---\n['_rollgate_exec.py']\nno module rollgate\nFalse" in out.output, out.output
