@@ -131,8 +131,11 @@ def compose_service(spec: ServiceSpec) -> dict[str, Any]:
             user="0:0",
             cap_drop=["ALL"],
             cap_add=list(SANDBOX_CAPS),
-            # AppArmor's docker-default profile forbids mount(2), which the per-run namespaces need
-            security_opt=["apparmor=unconfined", "no-new-privileges:true"],
+            # AppArmor's docker-default profile forbids mount(2), which the per-run namespaces need;
+            # bubblewrap builds each run's root with pivot_root(2), which Docker's default seccomp
+            # profile may refuse. Every sandboxed run gets Rollgate's own, stricter filter instead
+            # (rollgate/sandbox/seccomp.py), and no_new_privs.
+            security_opt=["apparmor=unconfined", "seccomp=unconfined", "no-new-privileges:true"],
             read_only=True,
             tmpfs=["/tmp"],
         )

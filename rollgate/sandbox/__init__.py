@@ -58,7 +58,19 @@ def check_isolation(
     The error says why (what the host lacks) and how to fix it; with `allow_unisolated` the
     provider's own start-up warning is all that remains."""
     caps = provider.capabilities()
-    if caps.get("network_isolated") is not False or allow_unisolated:
+    if allow_unisolated:
+        return
+    if caps.get("network_isolated") is not False and caps.get("private_root") is False:
+        raise SandboxError(
+            f"{user} will not run model-written code on the host's own root filesystem: the {provider.name} "
+            f"sandbox provider has no private root here ({caps.get('detail', '')}), so the code could read "
+            "Rollgate's source, the task data (hidden tests, expected values) and every world-readable file. "
+            "Install bubblewrap (apt-get install bubblewrap; docs/sandbox.md), use another provider, or, where "
+            "that exposure is acceptable, set sandbox.allow_unisolated: true "
+            "(ROLLGATE_SANDBOX__ALLOW_UNISOLATED=true).",
+            field="sandbox.allow_unisolated",
+        )
+    if caps.get("network_isolated") is not False:
         return
     raise SandboxError(
         f"{user} will not run model-written code unisolated: the {provider.name} sandbox provider cannot "

@@ -1,19 +1,41 @@
 """The Docker provider: one long-lived, locked-down container per sandbox, commands via `docker exec`.
 
 The container has no network, a read-only root, tmpfs /tmp and /work, no capabilities,
-no_new_privs, a non-root user, and memory / pids / CPU / ulimit caps. `runtime="runsc"` (gVisor)
-adds a user-space kernel where installed. A container takes ~0.3-1 s to start, so put a WarmPool
+no_new_privs, a non-root user, a seccomp profile (Docker's default allowlist, or with
+`seccomp_profile="rollgate"` the local sandbox's refusals of seccomp.py, ptrace included, or a
+profile file of yours), and memory / pids / CPU / ulimit caps. The image is a plain Python image,
+so nothing of Rollgate or of the tasks is inside. `runtime="runsc"` (gVisor) adds a user-space
+kernel where installed. A container takes ~0.3-1 s to start, so put a WarmPool
 in front of this provider (`pool_size` in make_provider).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import secrets
+import tempfile
 from typing import Any
 
 from rollgate.core.metrics import Metrics
 from rollgate.sandbox.base import SandboxLimits
 from rollgate.sandbox.engine import WORKDIR, CliSandbox, run_engine
+from rollgate.sandbox.seccomp import docker_profile
+
+
+def rollgate_profile_file() -> str:
+    """seccomp.py's refusals as a Docker profile file (content-addressed, written once)."""
+    text = json.dumps(docker_profile(), indent=1, sort_keys=True)
+    path = os.path.join(
+        tempfile.gettempdir(), f"rollgate-seccomp-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+    )
+    if not os.path.exists(path):
+        tmp = f"{path}.{secrets.token_hex(4)}"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    return path
 
 
 class DockerProvider:
@@ -29,9 +51,12 @@ class DockerProvider:
         runtime: str | None = None,
         cpus: float = 1.0,
         python: str = "python3",
+        seccomp_profile: str | None = None,
         metrics: Metrics | None = None,
     ):
         self.limits = SandboxLimits.model_validate(limits or {})
+        # None: Docker's default profile; "rollgate": seccomp.py's list; else a profile file's path
+        self.seccomp_profile = rollgate_profile_file() if seccomp_profile == "rollgate" else seccomp_profile
         self.image, self.docker, self.user, self.runtime, self.cpus = image, docker, user, runtime, cpus
         self.python = python
         self.metrics = metrics
@@ -43,6 +68,8 @@ class DockerProvider:
             "pid_namespace": True,
             "private_tmp": True,
             "dedicated_uid": True,
+            "private_root": True,  # the image's own root, read-only
+            "seccomp": self.seccomp_profile or "docker default",
             "image": self.image,
             "runtime": self.runtime or "default",
         }
@@ -96,6 +123,8 @@ class DockerProvider:
             "--env",
             "LANG=C.UTF-8",
         ]
+        if self.seccomp_profile:
+            argv += ["--security-opt", f"seccomp={self.seccomp_profile}"]
         if self.runtime:
             argv += ["--runtime", self.runtime]
         return [*argv, self.image, "sleep", "infinity"]

@@ -1,13 +1,17 @@
 """What isolation this host allows, and the pieces the local provider builds from it.
 
 Layers, strongest available first (probed once at start-up by actually trying them):
-- `namespaces` (root): a new network, PID and mount namespace per exec (util-linux `unshare`),
-  a private /tmp, the program run as a dedicated unprivileged uid (`setpriv`), rlimits (`prlimit`);
+- `namespaces` (root): a new network, PID and mount namespace per exec, a private /tmp, the
+  program run as a dedicated unprivileged uid (`setpriv`), rlimits (`prlimit`);
 - `userns` (not root, unprivileged user namespaces allowed): the same namespaces inside a user
   namespace, but the program keeps the service's uid;
 - `none`: rlimits and a process group only. Untrusted code can then reach the network, read what
   the service user can read, and signal the service: a loud warning at start-up, and
   `doctor_check()` reports it.
+With bubblewrap (`bwrap`) on the host, the namespaced modes also get a private root filesystem
+(rootfs.py: the system tree read-only, no home, no checkout, no Rollgate) and, with libseccomp, a
+seccomp filter (seccomp.py); without it (`private_root: false`) they fall back to util-linux
+`unshare` over the host's own root, which the code environment refuses.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,6 +50,8 @@ class Capabilities:
     dedicated_uid: bool
     rlimits: bool
     detail: str
+    private_root: bool = False  # bubblewrap builds a root of the system tree only (rootfs.py)
+    seccomp: bool = False  # the seccomp filter of seccomp.py is loaded into every run
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,9 +73,56 @@ _NS_FLAGS = ["--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
 _PROBE = "mount -t tmpfs -o size=1m tmpfs /tmp && test ! -e /proc/2 || exit 3"
 
 
+def _probe_bwrap(userns: bool) -> tuple[bool, bool, str]:
+    """(private root works, seccomp works, why not): a real bubblewrap run with the same root and
+    filter every exec gets."""
+    from rollgate.sandbox import rootfs, seccomp
+
+    if _tool("bwrap") is None:
+        return False, False, "bubblewrap (bwrap) is not installed"
+    spec = rootfs.build_root(sys.executable)
+    program, why_not = seccomp.bpf_program()
+    with tempfile.TemporaryDirectory() as work:
+        for filt in ([program] if program else []) + [None]:
+            fd = seccomp.bpf_fd(filt) if filt else None
+            try:
+                opts = rootfs.bwrap_argv(
+                    spec, workdir=work, tmpfs_bytes=2**20, seccomp_fd=fd, userns=userns, keep_setuid=False
+                )
+                argv = [_tool("bwrap"), *opts[1:], "--", "sh", "-c", "test ! -e /home && test ! -e /var"]
+                done = subprocess.run(
+                    argv,
+                    capture_output=True,
+                    timeout=10,
+                    env={"PATH": SYSTEM_PATH},
+                    cwd="/",
+                    pass_fds=(fd,) if fd else (),
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                return False, False, f"bwrap failed: {exc}"
+            finally:
+                if fd is not None:
+                    os.close(fd)
+            if done.returncode == 0:
+                return True, filt is not None, why_not if filt is None else ""
+            why_not = done.stderr.decode(errors="replace").strip()[:300]
+    return False, False, f"bwrap failed: {why_not}"
+
+
 @functools.cache
 def probe() -> Capabilities:
     """Try each isolation layer for real (cached: a property of the host for the process lifetime)."""
+    caps = _probe_namespaces()
+    if not caps.network_isolated:
+        return caps
+    root_ok, filt_ok, why = _probe_bwrap(userns=caps.mode == "userns")
+    if not root_ok:
+        return replace(caps, detail=f"{caps.detail}; NO private root ({why})")
+    detail = f"{caps.detail}; private root (bubblewrap); " + ("seccomp filter" if filt_ok else f"NO seccomp ({why})")
+    return replace(caps, private_root=True, seccomp=filt_ok, detail=detail)
+
+
+def _probe_namespaces() -> Capabilities:
     root = os.geteuid() == 0
     unshare, setpriv, prlimit, sh = _tool("unshare"), _tool("setpriv"), _tool("prlimit"), _tool("sh")
     missing = [
@@ -114,19 +168,28 @@ def doctor_check() -> dict[str, Any]:
     """For `rollgate doctor`: {ok, name, detail, capabilities}. ok is False when untrusted code
     would run without network isolation."""
     caps = probe()
-    ok = caps.network_isolated
-    detail = (
-        f"sandbox isolation: {caps.mode} ({caps.detail})"
-        if ok
-        else f"sandbox has NO network/PID isolation on this host ({caps.detail}); untrusted code can reach "
-        "the network and the service's files. Run as root, allow user namespaces, or use the docker / "
-        "kubernetes provider."
-    )
+    ok = caps.network_isolated and caps.private_root
+    if ok:
+        detail = f"sandbox isolation: {caps.mode} ({caps.detail})"
+    elif caps.network_isolated:
+        detail = (
+            f"sandbox has namespaces but NO private root filesystem ({caps.detail}); untrusted code can read "
+            "every world-readable file of the host, Rollgate's source and task data included. Install "
+            "bubblewrap (apt-get install bubblewrap)."
+        )
+    else:
+        detail = (
+            f"sandbox has NO network/PID isolation on this host ({caps.detail}); untrusted code can reach "
+            "the network and the service's files. Run as root, allow user namespaces, or use the docker / "
+            "kubernetes provider."
+        )
     return {"ok": ok, "name": "sandbox", "detail": detail, "capabilities": caps.as_dict()}
 
 
 def warn_if_weak(caps: Capabilities) -> None:
-    if not caps.network_isolated:
+    if caps.network_isolated and not caps.private_root:
+        log.warning("SANDBOX HAS NO PRIVATE ROOT: %s. Untrusted code can read the host's files.", caps.detail)
+    elif not caps.network_isolated:
         log.warning(
             "SANDBOX IS NOT ISOLATED: %s. Untrusted code will run with network access and the "
             "service's file permissions. Use a host that allows namespaces or another provider.",

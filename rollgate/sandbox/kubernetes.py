@@ -57,6 +57,8 @@ class KubernetesProvider:
             "pid_namespace": True,
             "private_tmp": True,
             "dedicated_uid": True,
+            "private_root": True,  # the image's own root, read-only
+            "seccomp": "RuntimeDefault",
             "namespace": self.namespace,
             "image": self.image,
         }

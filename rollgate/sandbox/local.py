@@ -1,12 +1,14 @@
 """The local provider: one short-lived, isolated process tree per execution.
 
 Per sandbox: a private work dir (mode 0700, random name) owned by a dedicated uid. Per exec:
-`unshare` (new network, PID and mount namespaces; the PID namespace dies with its first process,
-taking every daemon with it) -> `sh` (private /tmp, work dir bound at /tmp/work, hidden paths)
--> `prlimit` (CPU, address space, processes, file size, open files, no core) -> `setpriv` (the
-dedicated uid, no capabilities, no_new_privs) -> the program, with an environment built from
-scratch. The wall clock kills the whole process group and then every process of the uid.
-See isolation.py for the weaker modes used where the host does not allow namespaces.
+`bwrap` (new network, PID, IPC, UTS and mount namespaces; a root of the system tree only, read
+only, see rootfs.py; the work dir bound at /tmp/work; the seccomp filter of seccomp.py; the PID
+namespace dies with its first process, taking every daemon with it) -> `prlimit` (CPU, address
+space, processes, file size, open files, no core) -> `setpriv` (the dedicated uid, no
+capabilities, no_new_privs) -> the program, with an environment built from scratch. The wall
+clock kills the whole process group and then every process of the uid.
+See isolation.py for the weaker modes used where the host does not allow namespaces or has no
+bubblewrap (util-linux `unshare` over the host's root).
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ from rollgate.sandbox.isolation import (
     warn_if_weak,
     world_executable,
 )
-from rollgate.sandbox.process import kill_children_first, killpg, run_bounded
+from rollgate.sandbox.process import kill_children_first, killpg, run_bounded, signal_reason
+from rollgate.sandbox.rootfs import RootSpec, build_root, bwrap_argv
+from rollgate.sandbox.seccomp import bpf_fd, bpf_program
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +59,12 @@ def resolve_python(python: str | None, caps: Capabilities) -> str:
     the system python3 (ours may live in a home directory the sandbox uid cannot enter)."""
     if python:
         return python
-    if not caps.dedicated_uid or world_executable(sys.executable):
+    if caps.private_root:
+        # The base interpreter, never a virtual environment's (its site-packages hold Rollgate).
+        real = os.path.realpath(sys.executable)
+        if not caps.dedicated_uid or world_executable(real):
+            return real
+    elif not caps.dedicated_uid or world_executable(sys.executable):
         return sys.executable
     found = shutil.which("python3", path=SYSTEM_PATH)
     if found is None:
@@ -94,19 +103,26 @@ class LocalSandbox:
             if code is not None:
                 await self.write_file(CODE_FILE, code)
                 cmd = [p.python, "-E", "-s", "-B", CODE_FILE]
-            argv, env = p.command(list(cmd), self.lease, self.workdir)  # type: ignore[arg-type]
-            sweep = self._sweep if self.lease else None
-            result = await run_bounded(
-                argv,
-                stdin=as_bytes(stdin),
-                timeout_s=timeout,
-                max_output_bytes=limits.max_output_bytes,
-                env=env,
-                cwd=self.workdir,
-                sweep=sweep,
-                unexplained_sigkill=p.sigkill_reason,
-                kill_tree=kill_children_first if p.caps.pid_namespace else killpg,
-            )
+            filt = bpf_fd(p.seccomp_program) if p.seccomp_program else None
+            try:
+                argv, env = p.command(list(cmd), self.lease, self.workdir, seccomp_fd=filt)  # type: ignore[arg-type]
+                result = await run_bounded(
+                    argv,
+                    stdin=as_bytes(stdin),
+                    timeout_s=timeout,
+                    max_output_bytes=limits.max_output_bytes,
+                    env=env,
+                    cwd=self.workdir,
+                    sweep=self._sweep if self.lease else None,
+                    unexplained_sigkill=p.sigkill_reason,
+                    kill_tree=kill_children_first if p.caps.pid_namespace else killpg,
+                    pass_fds=(filt,) if filt is not None else (),
+                )
+            finally:
+                if filt is not None:
+                    os.close(filt)
+            if p.root is not None:
+                result = _signal_from_status(result, p.sigkill_reason)
             if result.exit_code == SETUP_FAILED and _SETUP_MARK in result.stderr:
                 raise SandboxError(f"sandbox setup failed: {result.stderr.strip()[-300:]}")
             if p.caps.pid_namespace and result.stderr.endswith(_UNSHARE_SIGKILL):
@@ -163,11 +179,20 @@ class LocalSandbox:
             self.lease.release()
 
 
+def _signal_from_status(result: ExecResult, unexplained_sigkill: str) -> ExecResult:
+    """bubblewrap reports a program killed by signal N as exit status 128 + N (like a shell)."""
+    code = result.exit_code
+    if result.killed_by or code is None or not 128 < code <= 128 + 64:
+        return result
+    return result.model_copy(update={"exit_code": None, "killed_by": signal_reason(code - 128, unexplained_sigkill)})
+
+
 class LocalProvider:
     """Sandboxes as local process trees. Options (all keyword): `limits`, `root_dir` (where work dirs
     live), `python` (interpreter for code runs), `uid_base` / `uid_count` (the dedicated uid range),
-    `hide_paths` (directories/files made invisible inside the sandbox), `require_isolation` (refuse
-    to start without network isolation), `metrics`."""
+    `hide_paths` (directories/files made invisible inside the sandbox), `ro_paths` (more host
+    directories mounted read-only in a private root, e.g. a package directory the code may import),
+    `require_isolation` (refuse to start without network isolation), `metrics`."""
 
     name = "local"
 
@@ -180,13 +205,14 @@ class LocalProvider:
         uid_base: int = 900_000,
         uid_count: int = 65_536,
         hide_paths: Sequence[str] = (),
+        ro_paths: Sequence[str] = (),
         require_isolation: bool = False,
         metrics: Metrics | None = None,
     ):
         self.limits = SandboxLimits.model_validate(limits or {})
         self.caps = probe()
         warn_if_weak(self.caps)
-        if require_isolation and not self.caps.network_isolated:
+        if require_isolation and not (self.caps.network_isolated and self.caps.private_root):
             raise SandboxError(
                 f"sandbox isolation required but unavailable: {self.caps.detail}", field="require_isolation"
             )
@@ -197,12 +223,24 @@ class LocalProvider:
         # Traversable but not listable: a sandbox cannot discover its neighbours' (random) names.
         os.chmod(self.root_dir, 0o711)
         self.python = resolve_python(python, self.caps)
+        self.root: RootSpec | None = None
+        self.seccomp_program: bytes | None = None
+        if self.caps.private_root:
+            try:
+                self.root = build_root(self.python, list(ro_paths), self.hide_paths)
+            except ValueError as exc:
+                raise SandboxError(str(exc), field="ro_paths") from None
+            if self.caps.seccomp:
+                self.seccomp_program = bpf_program()[0]
         self._uids = UidAllocator(uid_base, uid_count) if self.caps.dedicated_uid else None
         # A kill we did not send is the CPU limit's hard SIGKILL (the PID-1 program ignores SIGXCPU).
         self.sigkill_reason = "cpu_limit" if self.caps.pid_namespace else "signal:SIGKILL"
 
     def capabilities(self) -> dict[str, Any]:
-        return {"provider": self.name, **self.caps.as_dict(), "python": self.python}
+        caps = {"provider": self.name, **self.caps.as_dict(), "python": self.python}
+        if self.root is not None:
+            caps["read_only"] = list(self.root.binds)
+        return caps
 
     async def create(self) -> LocalSandbox:
         return await asyncio.to_thread(self._create_sync)
@@ -223,8 +261,11 @@ class LocalProvider:
     async def close(self) -> None:
         return None
 
-    def command(self, cmd: list[str], lease: UidLease | None, workdir: str) -> tuple[list[str], dict[str, str]]:
-        """The argv and environment of one exec (exposed for tests and `rollgate doctor`)."""
+    def command(
+        self, cmd: list[str], lease: UidLease | None, workdir: str, *, seccomp_fd: int | None = None
+    ) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment of one exec (exposed for tests and `rollgate doctor`).
+        `seccomp_fd`: an fd holding the seccomp program, inherited by bubblewrap."""
         lim = self.limits
         rlimits = [
             "prlimit",
@@ -250,6 +291,19 @@ class LocalProvider:
         drop = ["setpriv"]
         if lease is not None:
             drop += [f"--reuid={lease.uid}", f"--regid={lease.uid}", "--clear-groups"]
+        if self.root is not None:
+            # bubblewrap left only what setpriv needs (root mode); in a user namespace it left none
+            # and already set no_new_privs, so there is no bounding set to drop.
+            drop += ["--inh-caps=-all", *(["--bounding-set=-all"] if lease else []), "--no-new-privs", "--"]
+            opts = bwrap_argv(
+                self.root,
+                workdir=workdir,
+                tmpfs_bytes=lim.tmpfs_bytes,
+                seccomp_fd=seccomp_fd,
+                userns=mode == "userns",
+                keep_setuid=lease is not None,
+            )
+            return [*opts, "--", *rlimits, *drop, *cmd], env
         drop += ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
         fail = f"|| {{ echo {_SETUP_MARK} >&2; exit {SETUP_FAILED}; }}"
         setup = [f"{line} {fail}" for line in scratch_mounts(lim.tmpfs_bytes, self.hide_paths)]

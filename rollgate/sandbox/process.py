@@ -90,6 +90,17 @@ def _signal_name(num: int) -> str:
         return str(num)
 
 
+def signal_reason(sig: int, unexplained_sigkill: str = "signal:SIGKILL") -> str:
+    """The `killed_by` of a program that died of signal `sig` (the limits' signals named)."""
+    if sig == signal.SIGKILL:
+        return unexplained_sigkill
+    if sig == signal.SIGXCPU:
+        return "cpu_limit"
+    if sig == signal.SIGXFSZ:
+        return "file_size_limit"
+    return f"signal:{_signal_name(sig)}"
+
+
 async def run_bounded(
     argv: Sequence[str],
     *,
@@ -102,6 +113,7 @@ async def run_bounded(
     unexplained_sigkill: str = "signal:SIGKILL",
     grace_s: float = 0.5,
     kill_tree: Callable[[int], None] = killpg,
+    pass_fds: Sequence[int] = (),
 ) -> ExecResult:
     """Run `argv` in a new session (its own process group). On timeout or output flood the whole
     group is SIGKILLed and `sweep` (e.g. "kill every process of the sandbox uid") runs too, so
@@ -118,6 +130,7 @@ async def run_bounded(
         env=env,
         cwd=cwd,
         start_new_session=True,
+        pass_fds=pass_fds,
     )
     assert proc.stdout is not None and proc.stderr is not None
     readers = [asyncio.ensure_future(out.drain(proc.stdout)), asyncio.ensure_future(err.drain(proc.stderr))]
@@ -169,15 +182,7 @@ async def run_bounded(
     if rc is not None and rc < 0:
         exit_code = None
         if killed_by is None:
-            sig = -rc
-            if sig == signal.SIGKILL:
-                killed_by = unexplained_sigkill
-            elif sig == signal.SIGXCPU:
-                killed_by = "cpu_limit"
-            elif sig == signal.SIGXFSZ:
-                killed_by = "file_size_limit"
-            else:
-                killed_by = f"signal:{_signal_name(sig)}"
+            killed_by = signal_reason(-rc, unexplained_sigkill)
     elif killed_by is not None:
         exit_code = None
     return ExecResult(

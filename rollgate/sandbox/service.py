@@ -142,8 +142,9 @@ class SandboxTable:
 
 
 def isolated(caps: dict[str, Any]) -> bool:
-    """Whether a provider's capabilities say model code runs without network access to the host."""
-    return caps.get("network_isolated") not in (False, None)
+    """Whether a provider's capabilities say model code runs without network access to the host
+    and without the host's files (a provider that reports no private root is not isolated)."""
+    return caps.get("network_isolated") not in (False, None) and caps.get("private_root") is not False
 
 
 def create_sandbox_app(

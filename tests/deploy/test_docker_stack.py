@@ -196,7 +196,10 @@ async def test_deployed_sandbox_passes_the_network_and_filesystem_cases(stack):
         await cases.no_network_even_to_loopback(provider)
         await cases.sessions_cannot_read_each_other(provider)
         await cases.service_secrets_stay_hidden(provider, stack.secrets["ROLLGATE_SANDBOX_TOKEN"], [])
-        assert provider.capabilities()["network_isolated"] is True
+        # the image's Rollgate (its own virtual environment), home and state are not in the run's root
+        await cases.escapes_are_refused(provider, ["/opt/rollgate", "/home/rollgate", "/var/lib/rollgate"])
+        caps = provider.capabilities()
+        assert caps["network_isolated"] is True and caps["private_root"] is True and caps["seccomp"] is True
     finally:
         await provider.close()
 

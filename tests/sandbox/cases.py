@@ -5,6 +5,8 @@ service through the remote provider (the docker tier, tests/deploy/test_docker_s
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import os
 import socket
 import threading
@@ -110,3 +112,35 @@ async def service_secrets_stay_hidden(provider: SandboxProvider, secret: str, pa
     finally:
         await sandbox.destroy()
     await still_serving(provider)
+
+
+async def escapes_are_refused(provider: SandboxProvider, absent_paths: list[str]) -> None:
+    """The escapes of tests/sandbox/test_escapes.py that need no host access, each with its specific
+    refusal: Rollgate is not importable, `absent_paths` (its files, the home dir, task data) do not
+    exist, user namespaces and mounts are refused by the filter, and the run has no_new_privs."""
+    sandbox = await provider.create()
+    try:
+        code = (
+            "import ctypes, json, os\nlibc = ctypes.CDLL(None, use_errno=True)\nout = {}\n"
+            "try:\n    import rollgate\n    out['import'] = 'imported'\n"
+            "except ModuleNotFoundError as e:\n    out['import'] = e.name\n"
+            f"for p in {absent_paths!r}:\n"
+            "    try:\n        os.stat(p)\n        out[p] = 'exists'\n"
+            "    except OSError as e:\n        out[p] = e.errno\n"
+            "out['unshare'] = (libc.unshare(0x10000000), ctypes.get_errno())\n"
+            "out['mount'] = (libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno())\n"
+            "st = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
+            "out['nnp'] = st['NoNewPrivs'].strip()\nout['seccomp'] = st['Seccomp'].strip()\n"
+            "print(json.dumps(out))\n"
+        )
+        r = await sandbox.exec(code=code)
+        assert r.exit_code == 0, r
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        r2 = await sandbox.exec(["unshare", "-Urn", "id"])
+    finally:
+        await sandbox.destroy()
+    assert out["import"] == "rollgate", out
+    assert {p: out[p] for p in absent_paths} == {p: errno.ENOENT for p in absent_paths}, out
+    assert out["unshare"] == [-1, errno.EPERM] and out["mount"] == [-1, errno.EPERM], out
+    assert out["nnp"] == "1" and out["seccomp"] == "2", out
+    assert r2.exit_code == 1 and "unshare failed: Operation not permitted" in r2.stderr, r2

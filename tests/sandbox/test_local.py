@@ -182,15 +182,21 @@ def test_make_provider_rejects_unknown_names_and_options():
 def test_doctor_reports_what_this_host_isolates():
     report = doctor_check()
     caps = probe()
-    assert report["name"] == "sandbox" and report["ok"] is caps.network_isolated
+    assert report["name"] == "sandbox" and report["ok"] is (caps.network_isolated and caps.private_root)
     assert report["capabilities"]["mode"] == caps.mode and caps.mode in report["detail"] or not report["ok"]
 
 
 @needs_isolation
 def test_namespaced_command_builds_a_scrubbed_environment(provider, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "leak-me")
-    argv, env = provider.command(["python3", "x.py"], None, "/nonexistent")
-    assert argv[:2] == ["unshare", "--user"] or argv[0] == "unshare"
-    assert "--net" in argv and "--pid" in argv
+    argv, env = provider.command(["python3", "x.py"], None, "/nonexistent", seccomp_fd=7)
     assert set(env) == {"PATH", "HOME", "LANG", "TMPDIR", "PYTHONDONTWRITEBYTECODE"}
-    assert "prlimit" in argv[-1] and "--no-new-privs" in argv[-1]
+    if provider.caps.private_root:
+        assert argv[0] == "bwrap" and "--unshare-net" in argv and "--unshare-pid" in argv
+        assert argv[argv.index("--seccomp") + 1] == "7"
+        inner = argv[argv.index("--") + 1 :]
+        assert inner[0] == "prlimit" and "--no-new-privs" in inner and inner[-2:] == ["python3", "x.py"]
+    else:
+        assert argv[:2] == ["unshare", "--user"] or argv[0] == "unshare"
+        assert "--net" in argv and "--pid" in argv
+        assert "prlimit" in argv[-1] and "--no-new-privs" in argv[-1]

@@ -4,14 +4,17 @@ loopback with the real local provider behind it."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import httpx
 import pytest
 
+import rollgate
 from rollgate.core.serving import serve_in_thread
 from rollgate.core.settings import Settings
 from rollgate.resources_servers.envs.code import CodeEnv
 from rollgate.sandbox import SandboxError
+from rollgate.sandbox.isolation import probe
 from rollgate.sandbox.local import LocalProvider
 from rollgate.sandbox.remote import RemoteProvider
 from rollgate.sandbox.service import build_app, create_sandbox_app
@@ -93,6 +96,8 @@ async def test_network_cases_hold_through_the_service(remote):
 async def test_filesystem_cases_hold_through_the_service(remote):
     await cases.sessions_cannot_read_each_other(remote)
     await cases.service_secrets_stay_hidden(remote, TOKEN, [])
+    if probe().private_root:
+        await cases.escapes_are_refused(remote, [str(Path(rollgate.__file__).parent)])
 
 
 async def test_code_env_runs_its_tests_in_the_remote_sandbox(service):

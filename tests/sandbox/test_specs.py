@@ -4,6 +4,9 @@ validated offline against the Kubernetes schema), plus the error a missing engin
 
 from __future__ import annotations
 
+import errno
+import json
+
 import kubernetes_validate
 import pytest
 
@@ -42,6 +45,24 @@ def test_docker_container_has_no_network_no_privileges_and_caps():
     tmpfs = _opt(argv, "--tmpfs")
     assert any(t.startswith("/work:") and "size=8388608" in t and "uid=65534" in t for t in tmpfs)
     assert any(t.startswith("/tmp:") and "size=4194304" in t for t in tmpfs)
+
+
+def test_docker_container_can_carry_the_local_sandboxs_seccomp_refusals():
+    argv = DockerProvider(LIMITS, seccomp_profile="rollgate").run_argv("rollgate-sbx-1")
+    (no_privs, seccomp) = _opt(argv, "--security-opt")
+    assert no_privs == "no-new-privileges" and seccomp.startswith("seccomp=")
+    with open(seccomp.removeprefix("seccomp=")) as f:
+        profile = json.load(f)
+    assert profile["defaultAction"] == "SCMP_ACT_ALLOW"
+    denied = {
+        n
+        for rule in profile["syscalls"]
+        if rule["errnoRet"] == errno.EPERM and "args" not in rule
+        for n in rule["names"]
+    }
+    assert {"unshare", "setns", "mount", "ptrace", "bpf", "keyctl", "init_module"} <= denied
+    clone_flags = {r["args"][0]["value"] for r in profile["syscalls"] if r["names"] == ["clone"]}
+    assert 0x10000000 in clone_flags  # CLONE_NEWUSER
 
 
 def test_remote_exec_is_bounded_inside_and_outside_the_container():

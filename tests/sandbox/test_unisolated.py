@@ -49,6 +49,20 @@ def test_code_env_refuses_to_start_without_isolation(unisolated_host):
     assert "sandbox.provider: remote" in msg
 
 
+def test_code_env_refuses_a_sandbox_that_sees_the_hosts_files(monkeypatch, caplog):
+    """Namespaces but no bubblewrap: runs would see the host's root (Rollgate's source, task data)."""
+    no_root = Capabilities("namespaces", True, True, True, True, True, True, "namespaces; NO private root (x)")
+    monkeypatch.setattr(local_module, "probe", lambda: no_root)
+    with pytest.raises(SandboxError) as err:
+        CodeEnv()
+    assert err.value.field == "sandbox.allow_unisolated"
+    assert "no private root" in str(err.value) and "apt-get install bubblewrap" in str(err.value)
+    assert "SANDBOX HAS NO PRIVATE ROOT" in caplog.text
+    with pytest.raises(SandboxError, match="required but unavailable"):
+        LocalProvider(require_isolation=True)
+    assert CodeEnv(allow_unisolated=True).sandboxes.capabilities()["private_root"] is False
+
+
 def test_allow_unisolated_lets_it_start_and_says_so_loudly(unisolated_host, caplog):
     env = CodeEnv(allow_unisolated=True)
     assert env.sandboxes.capabilities()["network_isolated"] is False

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from rollgate.core.metrics import Metrics
 from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import Environment, ToolError, final_response_text, tool
-from rollgate.resources_servers.envs.code_harness import SOLUTION_FILE, HarnessReport, harness_source, judge
+from rollgate.resources_servers.envs.code_harness import SOLUTION_FILE, HarnessReport, harness_source, judge, new_nonce
 from rollgate.resources_servers.envs.code_tasks import BY_ID, TASKS, CodeTask
 from rollgate.sandbox import ExecResult, SandboxError, SandboxProvider, check_isolation, make_provider
 
@@ -171,14 +171,17 @@ class CodeEnv(Environment):
     async def _run_harness(
         self, state: CodeState, code: str, tests: list[tuple[str, str]]
     ) -> tuple[HarnessReport, ExecResult]:
+        # The tests' calls enter a sandbox of their own, created for this check only; their expected
+        # values never do. The nonce travels on stdin, read by the supervisor before the solution runs.
+        nonce = new_nonce()
         sandbox = await self.sandboxes.create()
         try:
             await sandbox.write_file(SOLUTION_FILE, code)
             source = harness_source(state.function_name, [c for c, _ in tests], self.per_test_timeout_s)
-            result = await sandbox.exec(code=source)
+            result = await sandbox.exec(code=source, stdin=nonce + "\n")
         finally:
             await sandbox.destroy()
-        report = judge(result.stdout, tests)
+        report = judge(result.stdout, tests, nonce)
         if not report.started:
             # The harness died before the program ran: an infrastructure failure, never a reward of 0.
             raise SandboxError(f"the test harness did not start ({result.summary()}): {result.stderr.strip()[-300:]}")

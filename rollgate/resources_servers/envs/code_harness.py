@@ -2,8 +2,11 @@
 
 The harness runs inside the sandbox and only reports *values* (one marked JSON line per test
 call, in a type-strict encoding); expected values never enter the sandbox and the comparison
-happens here. So the program cannot pass a test by printing "passed", by returning an object
-whose `__eq__` always says yes, or by patching the harness: it has to return the right value.
+happens here. Two processes: the runner loads the solution and evaluates the calls; the
+supervisor, which never loads the solution, forwards the runner's values marked with a per-run
+nonce that it reads only after forking the runner. So the program cannot pass a test by printing "passed" or
+forged records, by exiting early (`sys.exit(0)`, `os._exit(0)`), by returning an object whose
+`__eq__` always says yes, or by patching the harness: it has to return the right value.
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ import ast
 import inspect
 import json
 import math
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
-MARK = "\x1erollgate-test\x1e"
+MARK = "\x1erollgate-test:"  # + the run's nonce + "\x1e"
 SOLUTION_FILE = "solution.py"
 
 
@@ -78,52 +82,113 @@ def same_value(got: Any, expected: Any) -> bool:
     return got == expected
 
 
+# The program the sandbox runs. It makes itself undumpable (so /proc/<pid>/mem and /proc/<pid>/fd
+# stay closed to other processes of the uid), then forks the runner *before* it reads the run's
+# nonce from stdin: the runner's memory never held the nonce. The runner closes stdin, points its
+# stdout at stderr, loads the solution and writes each call's value to a pipe; the supervisor, which
+# never loads the solution, forwards each value to stdout marked with the nonce. So every record the
+# host accepts came through the supervisor, and the solution cannot write one.
 _HARNESS = """from __future__ import annotations
-import json, signal, sys
+import json, os, signal, sys
 {encoder}
 NAME = {name!r}
 CALLS = json.loads({calls!r})
 PER_TEST_S = {per_test_s!r}
-MARK = {mark!r}
-out = sys.stdout
+try:
+    import ctypes
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+except Exception:
+    pass
+
 
 class _Timeout(BaseException):
     pass
 
+
 def _alarm(signum, frame):
     raise _Timeout()
 
-def _emit(rec):
-    out.write("\\n" + MARK + json.dumps(rec) + "\\n")
+
+def _runner(results):
+    def emit(rec):
+        results.write(json.dumps(rec) + "\\n")
+        results.flush()
+
+    signal.signal(signal.SIGALRM, _alarm)
+    ns = {{"__name__": "solution"}}
+    try:
+        with open({solution!r}) as f:
+            exec(compile(f.read(), {solution!r}, "exec"), ns)
+        if not callable(ns.get(NAME)):
+            raise NameError("the code does not define a function named " + NAME)
+    except BaseException as e:
+        emit({{"load_error": (type(e).__name__ + ": " + str(e))[:500]}})
+        return
+    for i, call in enumerate(CALLS):
+        signal.setitimer(signal.ITIMER_REAL, PER_TEST_S)
+        try:
+            rec = {{"i": i, "value": encode_value(eval(call, ns))}}
+        except _Timeout:
+            rec = {{"i": i, "error": "timed out after %gs" % PER_TEST_S}}
+        except BaseException as e:
+            rec = {{"i": i, "error": (type(e).__name__ + ": " + str(e))[:300]}}
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        emit(rec)
+
+
+r, w = os.pipe()
+sys.stdout.flush()
+if os.fork() == 0:
+    try:
+        os.close(r)
+        os.close(0)
+        os.dup2(2, 1)  # the program's own prints go to stderr; the supervisor's stdout is not its
+        sys.stdout = sys.stderr
+        _runner(os.fdopen(w, "w"))
+    finally:
+        os._exit(0)
+os.close(w)
+mark = {mark!r} + sys.stdin.readline().strip() + "\\x1e"
+sys.stdin.close()
+out = sys.stdout.buffer
+
+
+def _forward(rec):
+    out.write(("\\n" + mark + json.dumps(rec) + "\\n").encode())
     out.flush()
 
-_emit({{"start": True}})
-signal.signal(signal.SIGALRM, _alarm)
-sys.stdout = sys.stderr  # the program's own prints must not mix with the records
-ns = {{"__name__": "solution"}}
-try:
-    with open({solution!r}) as f:
-        exec(compile(f.read(), {solution!r}, "exec"), ns)
-    if not callable(ns.get(NAME)):
-        raise NameError("the code does not define a function named " + NAME)
-except BaseException as e:
-    _emit({{"load_error": (type(e).__name__ + ": " + str(e))[:500]}})
-    sys.exit(0)
-for i, call in enumerate(CALLS):
-    signal.setitimer(signal.ITIMER_REAL, PER_TEST_S)
-    try:
-        rec = {{"i": i, "value": encode_value(eval(call, ns))}}
-    except _Timeout:
-        rec = {{"i": i, "error": "timed out after %gs" % PER_TEST_S}}
-    except BaseException as e:
-        rec = {{"i": i, "error": (type(e).__name__ + ": " + str(e))[:300]}}
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    _emit(rec)
+
+_forward({{"start": True}})
+seen = set()
+with os.fdopen(r, "rb") as results:
+    while len(seen) <= len(CALLS):
+        line = results.readline(1 << 20)
+        if not line:
+            break
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        if "load_error" in rec and not seen:
+            _forward({{"load_error": str(rec["load_error"])[:500]}})
+            seen.add(-1)
+        i = rec.get("i")
+        if type(i) is int and 0 <= i < len(CALLS) and i not in seen:  # a test's first record counts
+            seen.add(i)
+            if isinstance(rec.get("value"), list):
+                _forward({{"i": i, "value": rec["value"]}})
+            else:
+                _forward({{"i": i, "error": str(rec.get("error"))[:300]}})
+os.wait()
 """
 
 
 def harness_source(function_name: str, calls: list[str], per_test_s: float = 2.0) -> str:
+    """The program a check runs (with `code=`, the nonce on stdin): the tests' calls, never their
+    expected values, and no secret."""
     return _HARNESS.format(
         encoder=inspect.getsource(encode_value),
         name=function_name,
@@ -132,6 +197,10 @@ def harness_source(function_name: str, calls: list[str], per_test_s: float = 2.0
         mark=MARK,
         solution=SOLUTION_FILE,
     )
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(16)
 
 
 @dataclass
@@ -179,16 +248,18 @@ def _decode(enc: list) -> Any:
     return f"<{enc[1]} object>"
 
 
-def judge(stdout: str, tests: list[tuple[str, str]]) -> HarnessReport:
-    """Read the harness's records from `stdout`; tests with no record (killed run) failed."""
+def judge(stdout: str, tests: list[tuple[str, str]], nonce: str) -> HarnessReport:
+    """Read the supervisor's records from `stdout`: only lines marked with this run's `nonce`
+    count (anything else is the program's); tests with no record (killed run) failed."""
+    mark = MARK + nonce + "\x1e"
     records: dict[int, dict] = {}
     load_error = None
     started = False
     for line in stdout.split("\n"):  # not splitlines(): it splits at the \x1e of MARK
-        if not line.startswith(MARK):
+        if not line.startswith(mark):
             continue
         try:
-            rec = json.loads(line[len(MARK) :])
+            rec = json.loads(line[len(mark) :])
         except ValueError:
             continue
         if not isinstance(rec, dict):
@@ -198,7 +269,7 @@ def judge(stdout: str, tests: list[tuple[str, str]]) -> HarnessReport:
         elif "load_error" in rec:
             load_error = str(rec["load_error"])
         elif isinstance(rec.get("i"), int):
-            records[rec["i"]] = rec  # the last one counts: the harness writes after any forgery
+            records.setdefault(rec["i"], rec)
     outcomes = []
     for i, (call, expected) in enumerate(tests):
         rec = records.get(i)
