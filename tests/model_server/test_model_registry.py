@@ -246,3 +246,23 @@ def test_registry_names_resolve_for_every_command_that_takes_a_model(tiny_model_
         with pytest.raises(SystemExit) as done:
             main([*command, "--help"])
         assert done.value.code == 0 and "--model NAME|DIR" in capsys.readouterr().out, command
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["serve"],
+        ["serve", "--role", "model"],
+        ["demo"],
+        ["eval", "--env", "math", "--n", "1", "--seed", "0", "--k", "1"],
+    ],
+)
+def test_commands_refuse_an_unknown_model_before_starting(command, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLLGATE_HOME", str(tmp_path))
+    out = ["--out", str(tmp_path / "eval")] if command[0] == "eval" else []
+    with pytest.raises((SystemExit, BadRequest)) as exc:
+        main([*command, *out, "--model", "smollm3"])
+    text = str(exc.value)
+    assert "--model smollm3" in text or "smollm3" in text
+    assert "known models: smollm2-135m-instruct, tiny" in text
+    assert not (tmp_path / "models").exists()
