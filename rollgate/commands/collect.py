@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from rollgate.commands.serve import add_common_flags
+from rollgate.commands.serve import add_common_flags, add_model_flag, apply_model_flag
 from rollgate.core.settings import Settings
 
 log = logging.getLogger("rollgate.collect")
@@ -43,6 +43,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         "with --gateway the server's workers decide",
     )
     p.add_argument("--gateway", metavar="URL", help="a running gateway; default: start the embedded stack here")
+    add_model_flag(p)
     p.add_argument("--api-key", metavar="KEY", help="bearer token of the gateway (default: ROLLGATE_API_KEY)")
     p.add_argument("--policy-version", metavar="V", help="recorded on every trajectory")
     p.add_argument(
@@ -100,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings.load(args.config, redis_url=args.redis_url)
     setup_logging(settings.log_level if settings.log_level != "INFO" else "WARNING", json_logs=settings.log_json)
     tasks, out = Path(args.tasks), Path(args.out)
+    if args.model and args.gateway:
+        print("rollgate collect: --model applies to the embedded stack, not to --gateway", file=sys.stderr)
+        return 2
+    apply_model_flag(settings, args, "collect")
     if not tasks.is_file():
         print(f"rollgate collect: --tasks {tasks}: no such file", file=sys.stderr)
         return 2

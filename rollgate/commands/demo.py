@@ -1,8 +1,9 @@
 """`rollgate demo`: the first run. Serves a trained model (the `tiny-math-demo` recipe's SFT phase
 on math demonstrations, built on the first run and cached in Rollgate's home; `--untrained`: the
-untrained tiny model, built if missing), collects a few rollouts of each shipped environment's examples and of a
-few reasoning_gym datasets (when reasoning-gym is installed: rows generated on the spot, `rollgate
-tasks`) on the embedded stack, and prints a per-environment summary.
+untrained tiny model, built if missing; `--model NAME`: a registry model such as
+smollm2-135m-instruct as it is, greedy, fetched once), collects a few rollouts of each shipped
+environment's examples and of a few reasoning_gym datasets (when reasoning-gym is installed: rows
+generated on the spot, `rollgate tasks`) on the embedded stack, and prints a per-environment summary.
 
 Example rows are read from, in order: --examples DIR; `examples/` beside the installed package
 (a source checkout or an editable install); `rollgate/examples/` inside the package (a wheel that
@@ -18,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rollgate.commands.serve import add_common_flags
+from rollgate.commands.serve import add_common_flags, add_model_flag, apply_model_flag
 from rollgate.core.settings import ModelSettings, Settings
 
 # Small by default: the demo should finish in a couple of minutes on a 2-core laptop.
@@ -30,6 +31,8 @@ DEFAULT_MAX_TURNS = 3
 DEMO_RECIPE = "tiny-math-demo"
 DEMO_RECIPE_ENV = "math"
 DEMO_TRAINED_MIN_TOKENS = 64
+# --model NAME: a pretrained chat model spends more tokens on an answer than the tiny policy
+DEMO_NAMED_MIN_TOKENS = 64
 # quick to generate and to score; shown when the `envs` extra is installed
 DEMO_GENERATED_ENVS = ("reasoning_gym/chain_sum", "reasoning_gym/letter_counting", "reasoning_gym/spell_backward")
 
@@ -54,6 +57,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--examples", metavar="DIR", help="directory of <env>.jsonl example rows")
     p.add_argument("--out", metavar="FILE", help="trajectories file (default: <home>/demo/rollouts.jsonl)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_model_flag(p)
     trained = p.add_mutually_exclusive_group()
     trained.add_argument(
         "--trained",
@@ -192,7 +196,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     settings.envs = envs
     sampling: dict[str, Any] = {}
-    if settings.model.backend == "local":
+    if args.model:
+        # a named model is served as it is (untrained), greedy, with room for a real model's answers
+        print(f"model: {args.model} (fetched and converted now if missing)", file=sys.stderr)
+        apply_model_flag(settings, args, "demo")
+        args.max_output_tokens = max(args.max_output_tokens, DEMO_NAMED_MIN_TOKENS)
+        sampling["temperature"] = 0.0
+    elif settings.model.backend == "local":
         from rollgate.model_server.tiny import ensure_tiny_model
 
         if not args.trained or settings.model.model_path != ModelSettings().model_path or DEMO_RECIPE_ENV not in envs:

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from rollgate.commands.serve import add_common_flags
+from rollgate.commands.serve import add_common_flags, add_model_flag, apply_model_flag
 
 EPILOG = """\
 examples:
@@ -53,6 +53,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     model.add_argument("--api-key", metavar="KEY", help="bearer token of the gateway (default: ROLLGATE_API_KEY)")
     model.add_argument("--backend", choices=["local", "vllm", "openai", "scripted"], help="model backend (embedded)")
     model.add_argument("--model-path", metavar="DIR", help="model directory of the local backend (embedded)")
+    add_model_flag(model)
     model.add_argument("--policy-version", metavar="V", help="recorded on every trajectory and in the report")
     model.add_argument("--temperature", type=float, help="sampling temperature")
     model.add_argument("--top-p", type=float, help="nucleus sampling")
@@ -93,11 +94,15 @@ def _pass_k(text: str | None, k: int) -> tuple[int, ...]:
 
 
 def _settings(args: argparse.Namespace):
+    from rollgate.core.errors import BadRequest
     from rollgate.core.settings import Settings
 
     model = {k: v for k, v in {"backend": args.backend, "model_path": args.model_path}.items() if v is not None}
     agent = {k: v for k, v in {"max_turns": args.max_turns}.items() if v is not None}
     settings = Settings.load(args.config, redis_url=args.redis_url, model=model or None, agent=agent or None)
+    if args.model and args.gateway:
+        raise BadRequest("--model applies to the embedded stack, not to --gateway", component="eval", field="--model")
+    apply_model_flag(settings, args, "eval")
     settings.envs = list(args.env)
     return settings
 

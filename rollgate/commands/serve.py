@@ -36,9 +36,12 @@ settings (environment variables; nested fields use __; a YAML file via --config 
                                 its token (role sandbox: the token it requires)
   ROLLGATE_SANDBOX__ALLOW_UNISOLATED  true: run model code even where it cannot be isolated (default: refuse)
   ROLLGATE_MODEL__MODEL_PATH    model directory of the local backend (default: the tiny model in ROLLGATE_HOME)
+  ROLLGATE_MODEL__CHAT_TEMPLATE, ROLLGATE_MODEL__TOOL_CALL_FORMAT, ROLLGATE_MODEL__REASONING_FORMAT
+                                how the model talks (--model NAME fills them from the registry)
 
 examples:
   rollgate serve                                   # everything on 127.0.0.1:8000
+  rollgate serve --model smollm2-135m-instruct     # a real model (rollgate model list)
   rollgate serve --role model --port 8200
   rollgate serve --role resources --env math --port 8300 --redis-url redis://127.0.0.1:6379/0
   ROLLGATE_API_KEY=... ROLLGATE_MODEL_URL=http://127.0.0.1:8200 \\
@@ -46,6 +49,29 @@ examples:
     rollgate serve --role agent --port 8100 --redis-url redis://127.0.0.1:6379/0
   (role gateway: the same settings, --port 8000)
 """
+
+
+def add_model_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model",
+        metavar="NAME|DIR",
+        help="the model the local backend serves: a registry name (rollgate model list; fetched and converted "
+        "once if absent, with its chat template and tool-call format) or a model directory "
+        "(default: settings.model.model_path, the tiny model)",
+    )
+
+
+def apply_model_flag(settings: Settings, args: argparse.Namespace, command: str) -> None:
+    """--model NAME|DIR into settings.model; a bad value ends the command with the reason."""
+    if not getattr(args, "model", None):
+        return
+    from rollgate.core.errors import RollgateError
+    from rollgate.model_server.fetch import use_model
+
+    try:
+        use_model(settings, args.model)
+    except RollgateError as exc:
+        raise SystemExit(f"rollgate {command}: --model {args.model}: {exc}") from None
 
 
 def add_common_flags(p: argparse.ArgumentParser) -> None:
@@ -66,6 +92,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         "sandbox",
     )
     p.add_argument("--env", metavar="NAME", help="environment to serve (role resources)")
+    add_model_flag(p)
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     p.add_argument(
         "--port",
@@ -114,6 +141,10 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "no_auth", False):
         settings.gateway.auth = False
     setup_logging(settings.log_level, json_logs=settings.log_json)
+    if args.role in ("all", "model"):
+        apply_model_flag(settings, args, "serve")
+    elif args.model:
+        raise SystemExit(f"rollgate serve --role {args.role}: --model applies to roles all and model only")
     try:
         app = build(args.role, settings, args.env)
     except RollgateError as exc:  # a refusal to start (e.g. no sandbox isolation): the reason, not a traceback

@@ -15,6 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rollgate.core import model_registry
+
 DEFAULT_HOME = Path(os.environ.get("ROLLGATE_HOME", Path.home() / ".cache" / "rollgate"))
 
 
@@ -41,6 +43,27 @@ class ModelSettings(BaseModel):
     timeout_s: float = 120.0
     # training mode on for every request (otherwise per request: metadata {"rollgate_training": "true"})
     training_mode: bool = False
+    # How the model talks, per model (vLLM's --chat-template, --tool-call-parser, --reasoning-parser);
+    # `--model NAME` fills them from the registry (core/model_registry.py) unless they are set.
+    # chat_template: a shipped template's name or a Jinja file; None ("builtin"): the checkpoint's own
+    chat_template: str | None = None
+    tool_call_format: str = model_registry.DEFAULT_TOOL_CALL_FORMAT
+    reasoning_format: str | None = None
+
+    @field_validator("chat_template")
+    @classmethod
+    def _chat_template(cls, value: str | None) -> str | None:
+        return model_registry.check_chat_template(value)
+
+    @field_validator("tool_call_format")
+    @classmethod
+    def _tool_call_format(cls, value: str) -> str:
+        return model_registry.check_tool_call_format(value)
+
+    @field_validator("reasoning_format")
+    @classmethod
+    def _reasoning_format(cls, value: str | None) -> str | None:
+        return model_registry.check_reasoning_format(value)
 
 
 class AgentSettings(BaseModel):
