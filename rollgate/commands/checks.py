@@ -305,7 +305,7 @@ def check_plugins() -> CheckResult:
 
 
 def default_tiny_path(settings: Settings) -> Path:
-    return Path(settings.home) / "tiny-model"
+    return Path(settings.default_model_path)
 
 
 def check_model_dir(name: str, path: Path, *, missing_is_fail: bool) -> CheckResult:

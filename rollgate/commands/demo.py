@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rollgate.commands.serve import add_common_flags, add_model_flag, apply_model_flag
-from rollgate.core.settings import ModelSettings, Settings
+from rollgate.core.settings import Settings
 
 # Small by default: the demo should finish in a couple of minutes on a 2-core laptop.
 DEFAULT_TASKS_PER_ENV = 3
@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     elif settings.model.backend == "local":
         from rollgate.model_server.tiny import ensure_tiny_model
 
-        if not args.trained or settings.model.model_path != ModelSettings().model_path or DEMO_RECIPE_ENV not in envs:
+        if not args.trained or settings.model.model_path != settings.default_model_path or DEMO_RECIPE_ENV not in envs:
             print(f"model: {settings.model.model_path} (built now if missing)", file=sys.stderr)
             ensure_tiny_model(settings.model.model_path)
         else:

@@ -31,7 +31,7 @@ from rollgate.commands.checks import (
     fail,
     ok,
 )
-from rollgate.core.settings import DEFAULT_HOME, Settings
+from rollgate.core.settings import Settings
 
 
 async def _timed(name: str, check: Check, timeout_s: float) -> CheckResult:
@@ -113,7 +113,7 @@ def _model_checks(
     elif m.backend == "local":
         path = Path(m.model_path)
         # The default model path is the tiny model, which the server builds when missing.
-        is_tiny = path in (tiny, DEFAULT_HOME / "tiny-model")
+        is_tiny = path == tiny
         out.append(("model", _in_thread(check_model_dir, "model", path, missing_is_fail=not is_tiny)))
         if is_tiny:
             return out

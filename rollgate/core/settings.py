@@ -2,7 +2,10 @@
 
 Sources, lowest precedence first: defaults, a YAML file (`--config FILE` or ROLLGATE_CONFIG),
 environment variables (ROLLGATE_<SECTION>__<FIELD>, e.g. ROLLGATE_MODEL__BACKEND=vllm), then
-command-line flags. Pass the Settings object explicitly; nothing reads the environment later.
+command-line flags; pydantic-settings reads and deep-merges them when a Settings is made, never
+at import. Defaults that depend on another setting (the tiny model under `home`) are derived
+after the merge, so a `home:` in YAML moves them too. Pass the Settings object explicitly;
+nothing reads the environment later.
 """
 
 from __future__ import annotations
@@ -11,19 +14,30 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
 
 from rollgate.core import model_registry
 
-DEFAULT_HOME = Path(os.environ.get("ROLLGATE_HOME", Path.home() / ".cache" / "rollgate"))
+TINY_MODEL_DIR = "tiny-model"  # under `home`: the default model_path
+
+
+def default_home() -> str:
+    """Rollgate's cache (models, the demo's policy) when neither ROLLGATE_HOME nor `home` is set."""
+    return str(Path.home() / ".cache" / "rollgate")
 
 
 class ModelSettings(BaseModel):
     backend: Literal["local", "vllm", "openai", "scripted"] = "local"
-    # local: a transformers model directory (the tiny model is built here when missing)
-    model_path: str = str(DEFAULT_HOME / "tiny-model")
+    # local: a transformers model directory (the tiny model is built here when missing); unset,
+    # Settings derives it: <home>/tiny-model
+    model_path: str | None = None
     served_name: str = "rollgate-tiny"
     device: str = "auto"  # auto | cpu | cuda
     max_batch_size: int = 64
@@ -159,7 +173,7 @@ class Settings(BaseSettings):
     port: int = 8000
     redis_url: str | None = None  # None: in-memory stores and queue (embedded)
     api_key: str | None = None  # bearer token; required by every role but the embedded one
-    home: str = str(DEFAULT_HOME)
+    home: str = Field(default_factory=default_home)  # ROLLGATE_HOME
     log_json: bool = False
     log_level: str = "INFO"
 
@@ -192,27 +206,53 @@ class Settings(BaseSettings):
     def env_entries(self) -> list[EnvEntry]:
         return [e for e in self.envs if isinstance(e, EnvEntry)]
 
+    @model_validator(mode="after")
+    def _derive_defaults(self) -> Settings:
+        if self.model.model_path is None:
+            self.model.model_path = self.default_model_path
+        return self
+
+    @property
+    def default_model_path(self) -> str:
+        """The tiny model under `home`, which the local backend builds when it is missing."""
+        return str(Path(self.home) / TINY_MODEL_DIR)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Flags (init kwargs) > ROLLGATE_* variables > the YAML file > defaults."""
+        kwargs = init_settings.init_kwargs if isinstance(init_settings, InitSettingsSource) else {}
+        path = kwargs.get(CONFIG_FILE_KEY) or os.environ.get("ROLLGATE_CONFIG")
+        if not path:
+            return init_settings, env_settings
+        if not Path(path).is_file():
+            raise ValueError(f"config file {path} does not exist")
+        return init_settings, env_settings, _YamlFile(settings_cls, yaml_file=path)
+
     @classmethod
     def load(cls, config_file: str | os.PathLike | None = None, **overrides: Any) -> Settings:
-        """Defaults < YAML file < environment < explicit overrides (command-line flags)."""
-        data: dict[str, Any] = {}
-        path = config_file or os.environ.get("ROLLGATE_CONFIG")
-        if path:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-            if not isinstance(loaded, dict):
-                raise ValueError(f"config file {path} must hold a mapping at the top level")
-            data.update(loaded)
-        env_settings = cls()  # reads ROLLGATE_* variables
-        merged = _deep_merge(data, env_settings.model_dump(exclude_unset=True))
-        merged = _deep_merge(merged, {k: v for k, v in overrides.items() if v is not None})
-        return cls.model_validate(merged)
+        """Settings from every source; `overrides` are command-line flags (None: not given)."""
+        flags = {k: v for k, v in overrides.items() if v is not None}
+        if config_file:
+            flags[CONFIG_FILE_KEY] = str(config_file)  # read by settings_customise_sources, then ignored
+        return cls(**flags)
 
 
-def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in top.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
-        else:
-            out[k] = v
-    return out
+class _YamlFile(YamlConfigSettingsSource):
+    """pydantic-settings' YAML source, with the one check it lacks: a mapping at the top level."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        data = super()._read_file(file_path)
+        if not isinstance(data, dict):
+            raise ValueError(f"config file {file_path} must hold a mapping at the top level")
+        return data
+
+
+# An init keyword that names the YAML file; not a field (extra="ignore" drops it after use).
+CONFIG_FILE_KEY = "rollgate_config_file"
