@@ -21,7 +21,6 @@ from pydantic import ValidationError
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest, field_of, validation_summary
 from rollgate.core.schemas import SCHEMA_VERSION, Trajectory
-from rollgate.trainer_adapters.parquet import write_parquet
 from rollgate.trainer_adapters.sft import keep_for_sft, to_sft_record
 
 log = logging.getLogger(__name__)
@@ -127,6 +126,11 @@ def export(src: Path, dst: Path, fmt: ExportFormat | str, *, min_reward: float |
     fmt = ExportFormat(fmt)
     if Path(src).resolve() == Path(dst).resolve():
         raise ExportError("--out must differ from --in", field="out")
+    if fmt is ExportFormat.parquet:
+        try:  # here, not at the top: pyarrow is the optional `parquet` extra
+            from rollgate.trainer_adapters.parquet import write_parquet
+        except ImportError as exc:
+            raise ExportError(str(exc), field="format") from None
     stats = ExportStats()
     trajs = _selected(read_trajectories(Path(src), stats), fmt, min_reward, stats)
     with atomic_output(Path(dst)) as tmp:
