@@ -5,24 +5,19 @@ killed after the task was claimed."""
 from __future__ import annotations
 
 import logging
-import shutil
 import subprocess
 import time
-
-import pytest
 
 from rollgate.jobs.redis import RedisJobQueue
 from rollgate.jobs.worker import COMPLETE_RETRY, Worker
 from tests.conftest import free_port
 from tests.gateway.test_worker import submit
 
-pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server on PATH")
 
-
-async def test_giving_up_on_storing_a_record_takes_no_wait_after_the_last_attempt(caplog):
+async def test_giving_up_on_storing_a_record_takes_no_wait_after_the_last_attempt(caplog, redis_server_bin):
     port = free_port()
     proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        [redis_server_bin, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL,
     )
     queue = RedisJobQueue(f"redis://127.0.0.1:{port}/0", prefix="rgtest:store", pool_wait_s=1.0)
