@@ -109,7 +109,7 @@ async def failover(
                 stalled.add(url)
             if isinstance(exc, UpstreamTimeout) or unsent:
                 replicas.mark_down(url)
-            if len(stalled) == len(replicas.urls) or not await retry.wait(failed, deadline=deadline):
+            if stalled.issuperset(replicas.urls) or not await retry.wait(failed, deadline=deadline):
                 raise
             log.warning("%s replica %s failed (%s); trying again (attempt %d)", replicas.what, url, exc, failed + 1)
             continue
