@@ -1,8 +1,10 @@
-"""Shared fixtures: real Redis (skip with a reason only where none runs), free ports, the tiny model."""
+"""Shared fixtures: real Redis (skip with a reason only where none runs, fail in CI), free ports,
+the tiny model."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import uuid
 
@@ -20,11 +22,32 @@ def _redis_up(url: str) -> bool:
         return False
 
 
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def missing(reason: str) -> None:
+    """Skip a test whose real dependency is absent; in CI (CI=true) fail instead: CI provides
+    every dependency, so an absent one is a broken CI machine, not a reason to pass silently."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: CI must provide it; .ci/run starts one)", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     if not _redis_up(REDIS_URL):
-        pytest.skip(f"no Redis server at {REDIS_URL} (start one: redis-server --port 6379)")
+        missing(f"no Redis server at {REDIS_URL} (start one: redis-server --port 6379)")
     return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def redis_server_bin() -> str:
+    """The redis-server program, for tests that start a Redis of their own."""
+    path = shutil.which("redis-server")
+    if path is None:
+        missing("needs redis-server on PATH")
+    return path
 
 
 @pytest.fixture

@@ -141,7 +141,7 @@ class Agent:
     async def _guarded(self, task: Task, ctx: RunContext, ep: Episode, deadline: float):
         """Run the episode under its wall-clock budget and the job's cancel signal."""
         remaining = deadline - time.monotonic()
-        episode = asyncio.ensure_future(self._episode(task, ctx, ep))
+        episode = asyncio.ensure_future(self._episode(task, ctx, ep, deadline))
         waiters = {episode}
         cancel_wait = None
         if ctx.cancel is not None:
@@ -171,7 +171,7 @@ class Agent:
             Outcome.timeout, ErrorInfo(kind=ErrorKind.timeout, component="agent", message=f"episode exceeded {what}")
         )
 
-    async def _episode(self, task: Task, ctx: RunContext, ep: Episode):
+    async def _episode(self, task: Task, ctx: RunContext, ep: Episode, deadline: float):
         s = self.settings
         env_name = task.env
         env = self.envs[env_name]
@@ -185,10 +185,18 @@ class Agent:
         self._hop("seed", env_name, ep.timings.seed_s)
         ep.session_id = seeded.session_id
         with log_context(session_id=seeded.session_id):
-            return await self._turns(task, env_name, ctx, ep, env, tools, seeded.observation)
+            return await self._turns(task, env_name, ctx, ep, env, tools, seeded.observation, deadline)
 
     async def _turns(
-        self, task: Task, env_name: str, ctx: RunContext, ep: Episode, env: EnvClient, tools, observation: str | None
+        self,
+        task: Task,
+        env_name: str,
+        ctx: RunContext,
+        ep: Episode,
+        env: EnvClient,
+        tools,
+        observation: str | None,
+        deadline: float,
     ):
         s = self.settings
         ep.add_input(it.input_items(task.row.responses_create_params["input"]))
@@ -205,7 +213,7 @@ class Agent:
             request = base_request
             if turn_no and base_request.get("seed") is not None:  # each turn its own draws, not the first's again
                 request = {**base_request, "seed": derive_seed(int(base_request["seed"]), "turn", turn_no)}
-            called = await self._call_model(request, ep, env_name, budget)
+            called = await self._call_model(request, ep, env_name, budget, deadline)
             if called is None:  # the conversation outgrew the model's context window
                 outcome = Outcome.truncated
                 break
@@ -217,7 +225,7 @@ class Agent:
                 if status == "incomplete":
                     outcome = Outcome.truncated
                 break
-            await self._run_tools(env, env_name, ep, calls, tool_names)
+            await self._run_tools(env, env_name, ep, calls, tool_names, deadline)
         else:
             outcome = Outcome.truncated
         verdict = await self._verify(env, env_name, ep)
@@ -255,13 +263,14 @@ class Agent:
             self._tools[env_name] = await env.tools()
         return self._tools[env_name]
 
-    async def _call_model(self, base_request, ep: Episode, env_name: str, budget: int):
+    async def _call_model(self, base_request, ep: Episode, env_name: str, budget: int, deadline: float):
         s = self.settings
         per_call = int(base_request.get("max_output_tokens") or s.max_output_tokens_per_call)
         request = {**base_request, "input": ep.history, "max_output_tokens": max(1, min(per_call, budget))}
         t = time.monotonic()
         try:
-            response = await self.model.create(request, timeout_s=s.model_timeout_s)
+            # One deadline per call, retries included, never past the episode's (docs/api.md)
+            response = await self.model.create(request, timeout_s=_within(s.model_timeout_s, deadline))
             output = it.output_items(response)
             turn = it.turn_from_output(output)
         except ContextExhausted as exc:
@@ -294,7 +303,7 @@ class Agent:
         ep.add_model_output(output)
         return output, response.get("status")
 
-    async def _run_tools(self, env: EnvClient, env_name: str, ep: Episode, calls, tool_names) -> None:
+    async def _run_tools(self, env: EnvClient, env_name: str, ep: Episode, calls, tool_names, deadline: float) -> None:
         t = time.monotonic()
 
         async def one(call: dict[str, Any]) -> dict[str, Any]:
@@ -307,7 +316,10 @@ class Agent:
                 started = time.monotonic()
                 try:
                     out = await env.call_tool(
-                        ep.session_id, name, call.get("arguments", "{}"), timeout_s=self.settings.tool_timeout_s
+                        ep.session_id,
+                        name,
+                        call.get("arguments", "{}"),
+                        timeout_s=_within(self.settings.tool_timeout_s, deadline),
                     )
                 except Exception as exc:  # noqa: BLE001
                     raise failure(exc, "tool") from None
@@ -349,3 +361,8 @@ class Agent:
 
     def _hop(self, hop: str, env_name: str, seconds: float) -> None:
         self.metrics.hop_latency.labels(hop, env_name).observe(seconds)
+
+
+def _within(timeout_s: float, deadline: float) -> float:
+    """A call's budget: its own timeout, cut to what is left of the episode."""
+    return max(0.001, min(timeout_s, deadline - time.monotonic()))

@@ -35,7 +35,7 @@ from pydantic import ValidationError
 
 from rollgate.agent_server.agent import AGENT_NAME, Agent, RunContext
 from rollgate.agent_server.captures import CaptureSource
-from rollgate.core.errors import BadRequest
+from rollgate.core.errors import BadRequest, validation_summary
 from rollgate.core.metrics import Metrics
 from rollgate.core.rows import Task
 from rollgate.core.schemas import Trajectory
@@ -124,9 +124,7 @@ def _checked(name: str, factory: AgentFactory, options: Mapping[str, Any], sourc
         try:
             model.model_validate(dict(options))
         except ValidationError as exc:
-            e = exc.errors()[0]
-            where = ".".join(str(x) for x in e.get("loc", ())) or "options"
-            reason = f"{where}: {e.get('msg')}"
+            reason = validation_summary(exc, default="options", limit=1)
             return AgentSpec(name, factory, dict(options), source, available=False, reason=reason)
     return AgentSpec(name, factory, dict(options), source)
 

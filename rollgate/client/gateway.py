@@ -14,6 +14,7 @@ import httpx
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import CapacityError, RollgateError, UpstreamError, error_from_body
+from rollgate.core.retry import RetryPolicy
 
 log = logging.getLogger("rollgate.client")
 
@@ -34,6 +35,9 @@ class RolloutClient:
             base_url=self.base_url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0)
         )
         self.max_reconnects = max_reconnects
+        # Waits of 0.4 s doubling to 5 s; reset by every line received, so a long job survives
+        # any number of separate drops (the shared schedule: rollgate.core.retry)
+        self._reconnect = RetryPolicy(max_reconnects + 1, 0.4, 5.0, jitter=0.5)
         self.capacity_wait_s = capacity_wait_s
 
     def close(self) -> None:
@@ -150,12 +154,10 @@ class RolloutClient:
                 if isinstance(exc, RollgateError) and not (isinstance(exc, UpstreamError) and exc.transient):
                     raise
                 failures += 1
-                if failures > self.max_reconnects:
+                log.warning("results stream of %s broke (%s); resuming from %s", job_id, exc, cursor)
+                if not self._reconnect.wait_sync(failures):
                     raise UpstreamError(
                         f"lost the results stream of {job_id} {failures} times: {exc}",
                         component="gateway",
                         transient=True,
                     ) from None
-                delay = min(5.0, 0.2 * 2**failures)
-                log.warning("results stream of %s broke (%s); resuming from %s in %.1fs", job_id, exc, cursor, delay)
-                time.sleep(delay)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from rollgate.commands.serve import add_common_flags, add_model_flag, apply_mode
 from rollgate.core.settings import Settings
 
 log = logging.getLogger("rollgate.collect")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
@@ -57,6 +57,13 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         "--max-output-tokens", type=int, default=None, metavar="N", help="per model call, overrides the rows' value"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="WARNING",
+        help="what this command logs to stderr (default WARNING: the progress bar stays readable)",
+    )
     add_common_flags(p)
 
 
@@ -66,18 +73,19 @@ def gateway_url(args: argparse.Namespace, settings: Settings) -> Iterator[str]:
     if args.gateway:
         yield args.gateway
         return
-    from rollgate.core.serving import serve_in_thread
+    from rollgate.core.serving import listening_socket, serve_in_thread
     from rollgate.stack.embedded import build_app
 
+    settings = settings.model_copy(deep=True)  # the stack's own settings: the caller's stay as they were
     if args.concurrency:
         settings.agent.concurrency = args.concurrency
     log.info("starting the embedded stack (model backend %s)", settings.model.backend)
-    # a port known before the app is built: harness agents are told where to call it
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        settings.host, settings.port = "127.0.0.1", s.getsockname()[1]
-    with serve_in_thread(build_app(settings), port=settings.port, timeout_s=600) as url:
-        yield url
+    # The server's own socket, bound to any free port now: its port is known before the app is built
+    # (harness agents are told where to call it) and stays the server's until it stops.
+    with listening_socket("127.0.0.1", 0) as sock:
+        settings.host, settings.port = "127.0.0.1", sock.getsockname()[1]
+        with serve_in_thread(build_app(settings), sock=sock, timeout_s=600) as url:
+            yield url
 
 
 def _summary_line(stats, elapsed: float) -> str:
@@ -99,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     from rollgate.core.logging import setup_logging
 
     settings = Settings.load(args.config, redis_url=args.redis_url)
-    setup_logging(settings.log_level if settings.log_level != "INFO" else "WARNING", json_logs=settings.log_json)
+    setup_logging(args.log_level, json_logs=settings.log_json)
     tasks, out = Path(args.tasks), Path(args.out)
     if args.model and args.gateway:
         print("rollgate collect: --model applies to the embedded stack, not to --gateway", file=sys.stderr)

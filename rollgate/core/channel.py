@@ -241,7 +241,15 @@ class Channel:
     ) -> tuple[int, bytes]:
         ws = self._ws
         if ws is None or ws.closed:
-            ws = await self._connect(session)
+            # The handshake counts against the call's deadline too: a stalled upstream accepts
+            # the connection and never answers it (aiohttp's own bound is 5 minutes).
+            try:
+                async with asyncio.timeout(timeout_s):
+                    ws = await self._connect(session)
+            except TimeoutError:
+                raise UpstreamTimeout(
+                    f"{self.url}: no WebSocket handshake within {timeout_s:g}s", component=self.component
+                ) from None
         self._next = rid = (self._next + 1) & 0xFFFFFFFF
         loop = asyncio.get_running_loop()
         fut = self._pending[rid] = loop.create_future()

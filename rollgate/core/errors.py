@@ -3,6 +3,11 @@ the offending input field (where there is one) and the HTTP status it maps to.""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
 from rollgate.core.schemas import ErrorInfo, ErrorKind
 
 
@@ -126,3 +131,44 @@ def error_from_body(body: dict, *, component: str, status: int) -> RollgateError
     if status == 503:
         return CapacityError(message, component=comp)
     return UpstreamError(message, component=comp, transient=status in (502, 503, 504), status=status)
+
+
+# pydantic's ValidationError -> the field error every part reports ---------------------------
+
+
+def field_of(error: Mapping[str, Any], *, prefix: str = "", skip: Collection[str] = ()) -> str:
+    """One pydantic error's location as a dotted field path (`tasks.0.env`) under `prefix`,
+    without the entries of `skip` (e.g. the union member tags pydantic adds: "str", "int")."""
+    parts = [str(p) for p in error.get("loc", ()) if str(p) not in skip]
+    return ".".join(p for p in (prefix, *parts) if p)
+
+
+def _reason(error: Mapping[str, Any]) -> str:
+    return str(error.get("msg", "invalid")).removeprefix("Value error, ")
+
+
+def validation_summary(exc: ValidationError, *, default: str = "body", limit: int = 5) -> str:
+    """`field: reason` for up to `limit` errors, joined by "; " (what a model or a log reads)."""
+    return "; ".join(f"{field_of(e) or default}: {_reason(e)}" for e in exc.errors()[:limit])
+
+
+def field_error(
+    exc: ValidationError,
+    *,
+    component: str,
+    prefix: str = "",
+    default: str = "body",
+    where: str = "",
+    note: str = "",
+    skip: Collection[str] = (),
+    deepest: bool = False,
+    field: str | None = None,
+    cls: type[RollgateError] = BadRequest,
+) -> RollgateError:
+    """The first error of a ValidationError (the deepest with `deepest`: with unions the deepest is
+    the informative one) as a `cls` (a 400 by default) naming its field: message
+    `{where}{field}: {reason}{note}`, field `field` or else the location (`default` if empty)."""
+    errors = exc.errors()
+    err = max(errors, key=lambda e: len(e.get("loc", ()))) if deepest else errors[0]
+    loc = field_of(err, prefix=prefix, skip=skip) or default
+    return cls(f"{where}{loc}: {_reason(err)}{note}", component=component, field=field or loc)

@@ -4,9 +4,8 @@ errors only. Failures come back as typed errors naming the component."""
 
 from __future__ import annotations
 
-import asyncio
-import random
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -14,35 +13,15 @@ import aiohttp
 from rollgate.core import jsonutil
 from rollgate.core.channel import Channel, Refused
 from rollgate.core.errors import (
-    RollgateError,
     UpstreamError,
     UpstreamTimeout,
     error_from_body,
 )
+from rollgate.core.retry import NO_RETRY, RetryPolicy
+
+__all__ = ["NO_RETRY", "HttpClient", "RetryPolicy"]
 
 
-class RetryPolicy:
-    def __init__(
-        self,
-        attempts: int = 3,
-        backoff_s: float = 0.05,
-        max_backoff_s: float = 2.0,
-        on_retry: Callable[[], None] | None = None,
-    ):
-        if attempts < 1:
-            raise ValueError("attempts must be >= 1")
-        self.attempts = attempts
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
-        self.on_retry = on_retry  # e.g. a Prometheus counter's inc: retries are worth seeing
-
-    def delay(self, attempt: int) -> float:
-        # Full jitter: spreads retries of many clients so they do not stampede a recovering server.
-        cap = min(self.max_backoff_s, self.backoff_s * (2**attempt))
-        return random.uniform(0, cap)
-
-
-NO_RETRY = RetryPolicy(attempts=1)
 CLIENT_KEEPALIVE_S = 15.0
 
 
@@ -95,28 +74,36 @@ class HttpClient:
         json: Any = None,
         *,
         timeout_s: float | None = None,
+        deadline: float | None = None,
         idempotent: bool = False,
         headers: dict[str, str] | None = None,
     ) -> Any:
         """Send one request; return the parsed JSON body (None for an empty body).
 
-        Connection failures (nothing was sent) are retried for every method; timeouts and
-        5xx answers only when `idempotent`, so a tool call is never executed twice."""
-        attempts = self.retry.attempts
-        last: RollgateError | None = None
-        for attempt in range(attempts):
+        `timeout_s` bounds the whole call, retries and their waits included (one deadline per
+        call), and `deadline` (absolute, time.monotonic()) caps it further, e.g. at the episode's.
+        Connection failures (nothing was sent) are retried for every method; timeouts and 5xx
+        answers only when `idempotent`, so a tool call is never executed twice."""
+        budget = timeout_s or self.timeout_s
+        now = time.monotonic()
+        end = now + budget
+        if deadline is not None and deadline < end:
+            end, budget = deadline, deadline - now
+            if budget <= 0:
+                raise UpstreamTimeout(
+                    f"{method} {self.base_url}{path}: its deadline has passed", component=self.component
+                )
+        failed = 0
+        while True:
             try:
-                return await self._once(method, path, json, timeout_s or self.timeout_s, headers)
+                return await self._once(method, path, json, budget, headers)
             except UpstreamError as exc:
-                last = exc
+                failed += 1
                 retryable = exc.transient and (idempotent or getattr(exc, "not_sent", False))
-                if not retryable or attempt == attempts - 1:
+                # wait() refuses a wait that would reach `end`: the retry always has time left
+                if not retryable or not await self.retry.wait(failed, deadline=end):
                     raise
-                if self.retry.on_retry is not None:
-                    self.retry.on_retry()
-                await asyncio.sleep(self.retry.delay(attempt))
-        assert last is not None
-        raise last
+            budget = max(end - time.monotonic(), 0.001)
 
     def _total_timeout(self, timeout_s: float) -> aiohttp.ClientTimeout:
         # aiohttp's own per-request timer bounds connect, send and the whole body read; a second

@@ -14,8 +14,14 @@ import hashlib
 import itertools
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from rollgate.core.errors import UpstreamError, UpstreamTimeout
+from rollgate.core.retry import RetryPolicy
 
 log = logging.getLogger("rollgate.replicas")
+T = TypeVar("T")
 
 
 def _weight(key: str, url: str) -> int:
@@ -56,3 +62,57 @@ class ReplicaSet:
 
     def mark_up(self, url: str) -> None:
         self.down_until.pop(url, None)
+
+
+async def failover(
+    replicas: ReplicaSet,
+    call: Callable[[str, float], Awaitable[T]],
+    *,
+    component: str,
+    deadline: float,
+    retry: RetryPolicy,
+    key: str | None = None,
+    attempt_timeout_s: float | None = None,
+    idempotent: bool = True,
+) -> T:
+    """Run `call(url, timeout_s)` on the replicas (by `key`, see ReplicaSet.order) until one
+    answers, all within one deadline (absolute, time.monotonic()).
+
+    A replica that timed out is marked down and not sent the request again in this call: the
+    next attempt goes to another replica, and with none left the timeout is raised. While another
+    replica is left, one attempt gets at most `attempt_timeout_s` (default: half the time left),
+    so a stalled replica leaves time to fail over. A replica that refused the connection is
+    marked down too (it comes last in the order). Attempts and the waits between them follow
+    `retry`; an error that is not transient (the request is at fault) is raised at once, and so is
+    a failure of a request the replica may have run, unless the call is `idempotent`."""
+    stalled: set[str] = set()
+    failed = 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise UpstreamTimeout(
+                f"no {replicas.what} replica answered before the call's deadline", component=component
+            )
+        order = [u for u in replicas.order(key) if u not in stalled]
+        url = order[0]
+        budget = left
+        if len(order) > 1:
+            budget = min(left, attempt_timeout_s) if attempt_timeout_s else left / 2
+        try:
+            result = await call(url, budget)
+        except UpstreamError as exc:
+            failed += 1
+            unsent = getattr(exc, "not_sent", False)
+            if not exc.transient or not (idempotent or unsent):
+                raise
+            if isinstance(exc, UpstreamTimeout):
+                stalled.add(url)
+            if isinstance(exc, UpstreamTimeout) or unsent:
+                replicas.mark_down(url)
+            if stalled.issuperset(replicas.urls) or not await retry.wait(failed, deadline=deadline):
+                raise
+            log.warning("%s replica %s failed (%s); trying again (attempt %d)", replicas.what, url, exc, failed + 1)
+            continue
+        if url in replicas.down_until:
+            replicas.mark_up(url)
+        return result

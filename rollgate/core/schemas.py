@@ -211,15 +211,21 @@ class Trajectory(BaseModel):
                 raise ValueError(f"outcome {self.outcome.value} must not carry a reward")
             if self.error is None:
                 raise ValueError(f"outcome {self.outcome.value} requires an error record")
-        if self.reward_components and self.reward is not None:
-            total = sum(self.reward_components.values())
-            if abs(total - self.reward) > 1e-6:
-                raise ValueError(f"reward_components sum to {total}, reward is {self.reward}")
+        if self.reward is not None:
+            check_reward_sum(self.reward, self.reward_components)
         return self
 
     @property
     def ok(self) -> bool:
         return self.outcome.has_reward
+
+
+def check_reward_sum(reward: float, components: dict[str, float] | None) -> None:
+    """Reward components, where given, add up to the reward (to within float rounding)."""
+    if components:
+        total = sum(components.values())
+        if abs(total - reward) > 1e-6:
+            raise ValueError(f"reward_components sum to {total}, reward is {reward}")
 
 
 class FailureRecord(BaseModel):
@@ -276,8 +282,5 @@ class VerifyResult(BaseModel):
 
     @model_validator(mode="after")
     def _sum(self) -> VerifyResult:
-        if self.reward_components:
-            total = sum(self.reward_components.values())
-            if abs(total - self.reward) > 1e-6:
-                raise ValueError(f"reward_components sum to {total}, reward is {self.reward}")
+        check_reward_sum(self.reward, self.reward_components)
         return self

@@ -23,7 +23,7 @@ import orjson
 from pydantic import BaseModel, Field, ValidationError
 
 from rollgate.core import jsonutil
-from rollgate.core.errors import BadRequest
+from rollgate.core.errors import BadRequest, field_error
 from rollgate.core.schemas import SCHEMA_VERSION, ErrorInfo, Outcome, Trajectory
 
 SAMPLES_SCHEMA_VERSION = 1
@@ -201,9 +201,7 @@ def read_samples(path: Path) -> dict[SampleKey, Sample]:
         try:
             s = Sample.model_validate(data)
         except ValidationError as exc:
-            e = exc.errors()[0]
-            where = ".".join(str(x) for x in e.get("loc", ())) or "line"
-            raise BadRequest(f"{path}:{n}: {where}: {e.get('msg')}", component=COMPONENT, field=where) from None
+            raise field_error(exc, component=COMPONENT, where=f"{path}:{n}: ", default="line") from None
         out[s.key] = s
     return out
 
@@ -233,9 +231,7 @@ def read_trajectories(path: Path) -> Iterator[Trajectory]:
         try:
             yield Trajectory.model_validate(data)
         except ValidationError as exc:
-            e = exc.errors()[0]
-            loc = ".".join(str(x) for x in e.get("loc", ())) or "line"
-            raise BadRequest(f"{path}:{n}: {loc}: {e.get('msg')}", component=COMPONENT, field=loc) from None
+            raise field_error(exc, component=COMPONENT, where=f"{path}:{n}: ", default="line") from None
 
 
 def read_jsonl_rows(path: Path, what: str) -> list[tuple[int, dict[str, Any]]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import secrets
 import socket
 from typing import Any, Protocol
@@ -18,6 +17,7 @@ from typing import Any, Protocol
 from rollgate.agent_server.agent import RunContext
 from rollgate.core.errors import RollgateError, UpstreamError
 from rollgate.core.metrics import Metrics
+from rollgate.core.retry import RetryPolicy
 from rollgate.core.rows import Task
 from rollgate.core.schemas import ErrorInfo, ErrorKind, FailureRecord, Outcome, Trajectory
 from rollgate.jobs.queue import Claim, JobQueue, TaskEnvelope
@@ -45,7 +45,11 @@ def failure_record(task: TaskEnvelope, info: ErrorInfo) -> dict[str, Any]:
 # policy: re-running them as a fresh episode is safe. Completed, truncated and cancelled episodes
 # are final: re-running those would bias the sample.
 RETRYABLE = frozenset(o.value for o in (Outcome.env_error, Outcome.model_error, Outcome.timeout))
-MAX_BACKOFF_S = 30.0
+MAX_BACKOFF_S = 30.0  # the longest wait before re-running a failed episode
+# The queue unreachable: claim again and again, at most 5 s apart, until it is back.
+CLAIM_RETRY = RetryPolicy(None, 0.1, 5.0, jitter=0.2)
+# Storing a record: 5 attempts over about 3 s; then the visibility timeout hands the task on.
+COMPLETE_RETRY = RetryPolicy(5, 0.2, 1.6, jitter=0.2)
 
 
 async def run_task(
@@ -57,43 +61,30 @@ async def run_task(
     session) up to `task.retry_errors` times, with exponential backoff between attempts; each
     attempt has the agent's full episode budget. The record says how many attempts it took and
     keeps the failed attempts' errors in `metrics["attempt_errors"]`."""
+    policy = RetryPolicy(task.retry_errors + 1, retry_backoff_s, MAX_BACKOFF_S, jitter=0.2)
     failed: list[dict[str, Any]] = []
-    for attempt in range(1, task.retry_errors + 2):
+    while True:
         record = await _run_once(agent, task, cancel)
         outcome = record.get("outcome")
-        last = attempt > task.retry_errors
-        if outcome not in RETRYABLE or last or (cancel is not None and cancel.is_set()):
+        if outcome not in RETRYABLE or policy.exhausted(len(failed) + 1) or (cancel is not None and cancel.is_set()):
             break
-        failed.append({"attempt": attempt, "outcome": outcome, **(record.get("error") or {})})
-        delay = min(MAX_BACKOFF_S, retry_backoff_s * 2 ** (attempt - 1)) * random.uniform(0.8, 1.2)
+        failed.append({"attempt": len(failed) + 1, "outcome": outcome, **(record.get("error") or {})})
         log.info(
-            "task %s of job %s ended %s (attempt %d of %d); retrying in %.2fs",
+            "task %s of job %s ended %s (attempt %d of %d); retrying",
             task.key,
             task.job_id,
             outcome,
-            attempt,
+            len(failed),
             task.retry_errors + 1,
-            delay,
             extra={"job_id": task.job_id},
         )
-        if await _cancelled_within(cancel, delay):
+        if not await policy.wait(len(failed), cancel=cancel):
             break  # the job was cancelled while we waited: the last attempt's record stands
     if "outcome" in record:  # a Trajectory (a refused row is a FailureRecord, never retried)
         record["attempts"] = len(failed) + 1
         if failed:
             record.setdefault("metrics", {})["attempt_errors"] = failed
     return record
-
-
-async def _cancelled_within(cancel: asyncio.Event | None, delay: float) -> bool:
-    if cancel is None:
-        await asyncio.sleep(delay)
-        return False
-    try:
-        await asyncio.wait_for(cancel.wait(), timeout=delay)
-        return True
-    except TimeoutError:
-        return False
 
 
 async def _run_once(agent: EpisodeRunner, task: TaskEnvelope, cancel: asyncio.Event | None) -> dict[str, Any]:
@@ -161,7 +152,7 @@ class Worker:
         log.info("worker %s started (concurrency %d)", self.name, self.concurrency)
 
     async def _claim_loop(self) -> None:
-        backoff = 0.1
+        failures = 0
         while not self._stopping.is_set():
             free = self.concurrency - len(self._inflight)
             if free <= 0:
@@ -169,16 +160,16 @@ class Worker:
                 continue
             try:
                 claims = await self.queue.claim(self.name, free, block_s=self.block_s)
-                backoff = 0.1
+                failures = 0
                 # A claim past its first attempt was taken over from a worker presumed dead.
                 self.metrics.queue_reclaims.inc(sum(1 for c in claims if c.attempt > 1))
             except Exception as exc:  # noqa: BLE001 - a worker must outlive a queue hiccup
+                failures += 1
                 if isinstance(exc, UpstreamError):
-                    log.warning("worker %s cannot reach the queue: %s; retrying in %.1fs", self.name, exc, backoff)
+                    log.warning("worker %s cannot reach the queue: %s; retrying", self.name, exc)
                 else:
-                    log.exception("worker %s: claiming failed; retrying in %.1fs", self.name, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                    log.exception("worker %s: claiming failed; retrying", self.name)
+                await CLAIM_RETRY.wait(failures, cancel=self._stopping)
                 continue
             for claim in claims:
                 if self._stopping.is_set():
@@ -196,7 +187,8 @@ class Worker:
             self._inflight.pop(claim.delivery_id, None)
 
     async def _complete(self, claim: Claim, record: dict[str, Any]) -> None:
-        for attempt in range(5):
+        failed = 0
+        while True:
             try:
                 stored = await self.queue.complete(claim, record)
                 self.completed += 1
@@ -209,8 +201,10 @@ class Worker:
                     )
                 return
             except UpstreamError as exc:
+                failed += 1
                 log.warning("cannot store the record of task %s: %s", claim.task.key, exc)
-                await asyncio.sleep(0.2 * 2**attempt)
+                if not await COMPLETE_RETRY.wait(failed):
+                    break
         # Not acked: the queue hands the task to another worker after the visibility timeout.
         log.error("gave up storing the record of task %s of job %s", claim.task.key, claim.task.job_id)
 

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from rollgate.core import jsonutil
-from rollgate.core.errors import BadRequest, NotFound
+from rollgate.core.errors import BadRequest, NotFound, field_error, validation_summary
 from rollgate.core.items import last_assistant_text
 from rollgate.core.metrics import Metrics
 from rollgate.core.rows import parse_row
@@ -165,14 +165,6 @@ class Environment:
         return [s.openai_schema() for s in cls._tool_specs.values()]
 
 
-def format_validation_error(exc: ValidationError) -> str:
-    parts = []
-    for e in exc.errors()[:5]:
-        loc = ".".join(str(x) for x in e.get("loc", ())) or "arguments"
-        parts.append(f"{loc}: {e.get('msg')}")
-    return "; ".join(parts)
-
-
 def tool_output_text(value: Any) -> str:
     if value is None:
         return "ok"
@@ -209,7 +201,8 @@ def _tool_arguments(spec: ToolSpec, arguments: Any) -> BaseModel | ToolOutput:
         return spec.params.model_validate(arguments)
     except ValidationError as exc:
         return ToolOutput(
-            output=f"error: invalid arguments for {spec.name}: {format_validation_error(exc)}", is_error=True
+            output=f"error: invalid arguments for {spec.name}: {validation_summary(exc, default='arguments')}",
+            is_error=True,
         )
 
 
@@ -267,10 +260,8 @@ class EnvRuntime:
         try:
             self.env.Row.model_validate(task.env_fields, strict=True)  # type: ignore[union-attr]
         except ValidationError as exc:
-            err = exc.errors()[0]
-            field = ".".join(str(p) for p in err.get("loc", ()) if p not in _TYPE_TAGS) or "row"
-            raise BadRequest(
-                f"{field}: {err.get('msg')} (a {self.name} row)", component=self.component, field=field
+            raise field_error(
+                exc, component=self.component, default="row", skip=_TYPE_TAGS, note=f" (a {self.name} row)"
             ) from None
 
     async def call_tool(self, session_id: str, name: str, arguments: dict[str, Any] | str | None) -> ToolOutput:
@@ -332,7 +323,7 @@ class EnvRuntime:
                 request = VerifyRequest.model_validate(request)
             except ValidationError as exc:
                 raise BadRequest(
-                    f"malformed verify request: {format_validation_error(exc)}", component=self.component, field="body"
+                    f"malformed verify request: {validation_summary(exc)}", component=self.component, field="body"
                 ) from None
         if request.close and not self.env._holds_sessions:
             # nothing to release but the stored record: read and delete it in one store call

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from rollgate.core.errors import BadRequest
+from rollgate.core.errors import BadRequest, field_error
 from rollgate.core.settings import EnvEntry
 
 if TYPE_CHECKING:
@@ -82,10 +82,7 @@ def parse_options(model: type[E], options: dict[str, Any], where: str) -> E:
     try:
         return model.model_validate(options)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err.get("loc", ()))
-        msg = str(err.get("msg", "")).removeprefix("Value error, ")
-        raise BadRequest(f"{where}{'.' + loc if loc else ''}: {msg}", component="env", field="envs") from None
+        raise field_error(exc, component="env", prefix=where, default=where, field="envs") from None
 
 
 def configured_spec(

@@ -112,8 +112,10 @@ def remote_stack(settings: Settings, metrics: Metrics | None = None) -> Stack:
     def retry(component: str) -> RetryPolicy:
         return RetryPolicy(attempts=max(1, a.retries), on_retry=metrics.retries.labels(component).inc)
 
+    # Every replica when they are listed: an episode's calls stay on one (its prefix cache) and a
+    # stalled replica is failed over from, which a load balancer in front of them cannot do.
     model = HttpModelClient(
-        settings.model_url,
+        settings.model_urls or settings.model_url,
         timeout_s=a.model_timeout_s,
         api_key=settings.api_key,
         retry=retry("model"),

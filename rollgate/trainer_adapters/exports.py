@@ -19,9 +19,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from rollgate.core import jsonutil
-from rollgate.core.errors import BadRequest
+from rollgate.core.errors import BadRequest, field_of, validation_summary
 from rollgate.core.schemas import SCHEMA_VERSION, Trajectory
-from rollgate.trainer_adapters.parquet import write_parquet
 from rollgate.trainer_adapters.sft import keep_for_sft, to_sft_record
 
 log = logging.getLogger(__name__)
@@ -48,12 +47,6 @@ class ExportStats:
     written: int = 0
     skipped_failures: int = 0  # FailureRecord lines (tasks that never became trajectories)
     filtered: int = 0  # trajectories left out by the format's or the threshold's filter
-
-
-def _validation_message(exc: ValidationError) -> tuple[str, str | None]:
-    first = exc.errors()[0]
-    loc = ".".join(str(x) for x in first.get("loc", ())) or None
-    return f"{loc or 'record'}: {first.get('msg')}", loc
 
 
 def read_trajectories(path: Path, stats: ExportStats | None = None) -> Iterator[Trajectory]:
@@ -96,8 +89,12 @@ def read_trajectories(path: Path, stats: ExportStats | None = None) -> Iterator[
             try:
                 traj = Trajectory.model_validate(obj)
             except ValidationError as exc:
-                message, loc = _validation_message(exc)
-                raise ExportError(f"not a valid trajectory: {message}", line=line_no, field=loc) from None
+                loc = field_of(exc.errors()[0]) or None
+                raise ExportError(
+                    f"not a valid trajectory: {validation_summary(exc, default='record', limit=1)}",
+                    line=line_no,
+                    field=loc,
+                ) from None
             stats.read += 1
             yield traj
 
@@ -138,6 +135,11 @@ def export(src: Path, dst: Path, fmt: ExportFormat | str, *, min_reward: float |
     fmt = ExportFormat(fmt)
     if Path(src).resolve() == Path(dst).resolve():
         raise ExportError("--out must differ from --in", field="out")
+    if fmt is ExportFormat.parquet:
+        try:  # here, not at the top: pyarrow is the optional `parquet` extra
+            from rollgate.trainer_adapters.parquet import write_parquet
+        except ImportError as exc:
+            raise ExportError(str(exc), field="format") from None
     stats = ExportStats()
     trajs = _selected(read_trajectories(Path(src), stats), fmt, min_reward, stats)
     with atomic_output(Path(dst)) as tmp:

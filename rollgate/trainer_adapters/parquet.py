@@ -9,11 +9,18 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from rollgate.core import jsonutil
 from rollgate.core.schemas import Trajectory
+
+PARQUET_EXTRA = "pip install 'rollgate[parquet]'"
+
+try:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+except ImportError:  # the optional `parquet` extra: only Parquet export needs it
+    raise ModuleNotFoundError(
+        f"Parquet export needs pyarrow, which is not installed: {PARQUET_EXTRA}", name="pyarrow"
+    ) from None
 
 TURN_TYPE = pa.struct(
     [

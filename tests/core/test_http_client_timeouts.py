@@ -1,5 +1,5 @@
-"""HttpClient's per-call timeout bounds the whole call (headers and body), over real loopback HTTP,
-and only idempotent calls are retried after one."""
+"""HttpClient's per-call timeout bounds the whole call (headers and body, retries included), over
+real loopback HTTP, and only idempotent calls are retried after a 5xx answer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rollgate.core.errors import UpstreamTimeout
+from rollgate.core.errors import UpstreamError, UpstreamTimeout
 from rollgate.core.http import HttpClient, RetryPolicy
 from rollgate.core.serving import serve_in_thread
 
@@ -28,6 +28,10 @@ class SlowApp:
             pass
         if path == "/slow-headers":
             await asyncio.sleep(1.5)
+        if path == "/unavailable":
+            await send({"type": "http.response.start", "status": 502, "headers": []})
+            await send({"type": "http.response.body", "body": b'{"error": {"message": "busy"}}'})
+            return
         start = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]}
         await send(start)
         if path == "/slow-body":
@@ -59,20 +63,34 @@ async def test_timeout_bounds_headers_and_body(slow_server, path):
     assert info.value.component == "svc" and "0.3s" in info.value.message
 
 
-async def test_timeouts_are_retried_only_for_idempotent_calls(slow_server):
+async def test_a_timed_out_call_is_not_resent_its_deadline_is_spent(slow_server):
+    app, url = slow_server
+    client = HttpClient(url, component="svc", retry=RetryPolicy(attempts=3, backoff_s=0.01))
+    try:
+        before = app.hits.get("/slow-headers", 0)
+        t = time.monotonic()
+        with pytest.raises(UpstreamTimeout):
+            await client.request("POST", "/slow-headers", {}, timeout_s=0.2, idempotent=True)
+        took = time.monotonic() - t
+    finally:
+        await client.close()
+    assert app.hits["/slow-headers"] - before == 1 and took < 0.5  # one deadline, not 3 x 0.2 s
+
+
+async def test_5xx_answers_are_retried_only_for_idempotent_calls(slow_server):
     app, url = slow_server
     retried = []
     client = HttpClient(
         url, component="svc", retry=RetryPolicy(attempts=3, backoff_s=0.01, on_retry=lambda: retried.append(1))
     )
     try:
-        before = app.hits.get("/slow-headers", 0)
-        with pytest.raises(UpstreamTimeout):
-            await client.request("POST", "/slow-headers", {}, timeout_s=0.2)  # e.g. a tool call
-        once = app.hits["/slow-headers"] - before
-        with pytest.raises(UpstreamTimeout):
-            await client.request("POST", "/slow-headers", {}, timeout_s=0.2, idempotent=True)
-        thrice = app.hits["/slow-headers"] - before - once
+        before = app.hits.get("/unavailable", 0)
+        with pytest.raises(UpstreamError):
+            await client.request("POST", "/unavailable", {}, timeout_s=2.0)  # e.g. a tool call
+        once = app.hits["/unavailable"] - before
+        with pytest.raises(UpstreamError):
+            await client.request("POST", "/unavailable", {}, timeout_s=2.0, idempotent=True)
+        thrice = app.hits["/unavailable"] - before - once
     finally:
         await client.close()
     assert (once, thrice) == (1, 3)

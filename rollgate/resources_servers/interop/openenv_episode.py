@@ -20,10 +20,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollgate.core import jsonutil
-from rollgate.core.errors import BadRequest, NotFound
+from rollgate.core.errors import BadRequest, NotFound, field_of, validation_summary
 from rollgate.core.rows import parse_row
 from rollgate.core.schemas import VerifyRequest
-from rollgate.resources_servers.base import EnvRuntime, format_validation_error
+from rollgate.resources_servers.base import EnvRuntime
 
 # (n, seed, config, split) -> task rows: the registry's task generator of an environment
 TaskSource = Callable[[int, int, "dict[str, Any] | None", str], list[dict[str, Any]]]
@@ -93,9 +93,8 @@ ACTION_HELP = 'an action is {"tool": <name>, "arguments": {...}} or {"answer": "
 
 
 def _invalid(exc: ValidationError, prefix: str) -> InvalidAction:
-    first = exc.errors()[0]
-    field = ".".join([p for p in (prefix, *(str(x) for x in first.get("loc", ()))) if p]) or "data"
-    message = format_validation_error(exc)
+    field = field_of(exc.errors()[0], prefix=prefix) or "data"
+    message = validation_summary(exc, default="arguments")
     return InvalidAction(f"{prefix}.{message}" if prefix else message, component="openenv", field=field)
 
 

@@ -18,8 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rollgate.core.errors import UpstreamError, UpstreamTimeout
-from rollgate.resources_servers.base import format_validation_error
+from rollgate.core.errors import UpstreamError, UpstreamTimeout, validation_summary
 from rollgate.resources_servers.interop.openenv_targets import COMPONENT, ActionRejected, Result
 
 
@@ -206,7 +205,7 @@ class _LocalEpisode:
         try:
             parsed = deserialize_action(action, self.target.action_cls)
         except ValidationError as exc:
-            raise ActionRejected(format_validation_error(exc)) from None
+            raise ActionRejected(validation_summary(exc, default="action")) from None
         return serialize_observation(await self._call("step", "step", timeout_s, parsed))
 
     async def aclose(self) -> None:
