@@ -84,7 +84,7 @@ def create_model_app(
     app.state.service = service
 
     async def responses_stream(body: Any, *, training: bool | None, session: str | None) -> AsyncIterator[bytes]:
-        return _encode(await service.stream(body, training=training, session=session))
+        return _encode(sse.api_events(await service.stream(body, training=training, session=session)))
 
     dialects: dict[str, Dialect] = {
         "/v1/responses": (service.create, responses_stream),

@@ -293,7 +293,7 @@ async def _chunks(service: Any, req: ChatRequest, call: Call, pieces: AsyncItera
 
     for i in range(call.n):
         yield chunk(i, {"role": "assistant", "content": ""})
-    gates = [PlainTextGate() for _ in range(call.n)]
+    gates = [PlainTextGate(call.tags) for _ in range(call.n)]
     done: list[Choice] = []
     try:
         async for i, piece in pieces:

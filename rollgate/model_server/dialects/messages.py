@@ -251,7 +251,7 @@ async def stream(
 async def _events(req: MessagesRequest, call: Call, pieces: AsyncIterator[tuple[int, Any]]):
     message_id = new_id("msg")
     yield sse_event("message_start", {"type": "message_start", "message": _message(req, call, None, message_id)})
-    gate = PlainTextGate()
+    gate = PlainTextGate(call.tags)
     index = 0  # next content block
     text_open = False
     try:
