@@ -41,6 +41,13 @@ class ModelSettings(BaseModel):
     timeout_s: float = 120.0
     # training mode on for every request (otherwise per request: metadata {"rollgate_training": "true"})
     training_mode: bool = False
+    # how the model is prompted and how its text is parsed (vLLM's --chat-template and
+    # --tool-call-parser): a template file, a template name ("chatml") or None for the checkpoint's
+    # own; the tool-call format ("hermes", "llama3_json"); the reasoning format ("think", "none";
+    # None: "think")
+    chat_template: str | None = None
+    tool_call_format: str = "hermes"
+    reasoning_format: str | None = None
 
 
 class AgentSettings(BaseModel):

@@ -22,7 +22,7 @@ from rollgate.model_server import wire
 from rollgate.model_server.backend import ConstrainedBackend
 from rollgate.model_server.capture import SESSION_PATTERN
 from rollgate.model_server.dialects import chat_completions, messages
-from rollgate.model_server.service import FALSE, IGNORE_EOS_KEY, SEED_PATTERN, TRUE
+from rollgate.model_server.prepare import FALSE, IGNORE_EOS_KEY, SEED_PATTERN, TRUE
 
 SSE = "text/event-stream"
 # one server-sent event (the data of each is the JSON of one event or chunk of the API)

@@ -190,6 +190,11 @@ def _prepare(service: Any, body: Any, training: bool | None, session: str | None
         responses_body["tool_choice"] = req.tool_choice
     elif isinstance(req.tool_choice, dict) and isinstance(req.tool_choice.get("function"), dict):
         responses_body["tool_choice"] = {"type": "function", "name": req.tool_choice["function"].get("name")}
+    elif req.tool_choice is not None:
+        raise unsupported(
+            "tool_choice",
+            'accepted: "auto", "none", "required" or {"type": "function", "function": {"name": <a declared tool>}}',
+        )
     max_tokens = req.max_completion_tokens or req.max_tokens
     for key, value in (
         ("temperature", req.temperature),
