@@ -254,3 +254,24 @@ def test_a_tool_schema_that_cannot_be_enforced_names_its_keyword(url):
     with pytest.raises(openai.BadRequestError) as info:
         _openai(url).responses.create(model=MODEL, input="Hi", tools=[tool], tool_choice="required")
     assert _field_of(info.value) == "tools[0].parameters.properties.x.pattern"
+
+
+def test_chat_stream_with_a_named_function_streams_that_call(url):
+    stream = _openai(url).chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Hi"}],
+        tools=CHAT_TOOLS,
+        tool_choice={"type": "function", "function": {"name": "weather"}},
+        max_tokens=96,
+        seed=4,
+        stream=True,
+    )
+    names, args, finish = [], "", None
+    for chunk in stream:
+        for delta_call in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+            if delta_call.function.name:
+                names.append(delta_call.function.name)
+            args += delta_call.function.arguments or ""
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+    assert names == ["weather"] and _valid("weather", json.loads(args)) and finish == "tool_calls"
