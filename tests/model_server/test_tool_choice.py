@@ -275,3 +275,16 @@ def test_chat_stream_with_a_named_function_streams_that_call(url):
         if chunk.choices and chunk.choices[0].finish_reason:
             finish = chunk.choices[0].finish_reason
     assert names == ["weather"] and _valid("weather", json.loads(args)) and finish == "tool_calls"
+
+
+def test_a_forced_call_cut_by_max_output_tokens_is_incomplete_text(url):
+    resp = _openai(url).responses.create(
+        model=MODEL,
+        input="Hi",
+        tools=TOOLS,
+        tool_choice={"type": "function", "name": "weather"},
+        max_output_tokens=5,
+        extra_body={"seed": 0},
+    )
+    assert resp.status == "incomplete" and [i.type for i in resp.output] == ["message"]
+    assert resp.output_text.startswith("<tool_call>")
