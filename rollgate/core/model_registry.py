@@ -17,11 +17,15 @@ from rollgate.core.errors import BadRequest
 
 # The tool-call formats and reasoning formats the model server can render and parse, the way vLLM
 # names its --tool-call-parser and --reasoning-parser. Extend these where a parser is added.
+# The model server implements them (model_server/toolcalls.py, model_server/output.py); a test
+# keeps these names and its equal.
 TOOL_CALL_FORMATS: dict[str, str] = {
     "hermes": 'Hermes / Qwen: <tool_call>{"name": ..., "arguments": {...}}</tool_call>',
+    "llama3_json": 'Llama 3.x JSON: {"name": ..., "parameters": {...}} as the whole reply',
 }
 REASONING_FORMATS: dict[str, str] = {
     "think": "<think>...</think> before the answer (DeepSeek-R1 / Qwen3 style)",
+    "none": "no reasoning tags: all text is the answer",
 }
 DEFAULT_TOOL_CALL_FORMAT = "hermes"
 
@@ -30,6 +34,8 @@ DEFAULT_TOOL_CALL_FORMAT = "hermes"
 CHAT_TEMPLATES: dict[str, str] = {
     # ChatML with Hermes-style tools in the system prompt, prefix-stable (the tiny model's own)
     "tiny": "model_server/tiny_chat_template.jinja",
+    # plain ChatML without tool support: the model server renders the tools into the prompt
+    "chatml": "model_server/templates/chatml.jinja",
 }
 BUILTIN_TEMPLATE = "builtin"  # the checkpoint's own chat template (settings: None)
 
@@ -99,7 +105,7 @@ MODELS: dict[str, ModelEntry] = {
                 size_mb=92.9,
             ),
             tool_call_format="hermes",
-            reasoning_format=None,
+            reasoning_format="none",  # it never writes <think> tags
             cache_dir="models/smollm2-135m-instruct",
         ),
         ModelEntry(
@@ -157,6 +163,10 @@ def check_reasoning_format(value: str | None) -> str | None:
     return value
 
 
+def _is_template_text(value: str) -> bool:
+    return "{{" in value or "{%" in value  # the template itself, as vLLM's --chat-template takes it
+
+
 def _looks_like_path(value: str) -> bool:
     return "/" in value or "\\" in value or value.endswith((".jinja", ".j2", ".jinja2"))
 
@@ -166,11 +176,12 @@ def check_chat_template(value: str | None) -> str | None:
     (its existence is checked where the template is read: the model server's machine)."""
     if value is None or value == BUILTIN_TEMPLATE:
         return None
-    if value in CHAT_TEMPLATES or _looks_like_path(value):
+    if value in CHAT_TEMPLATES or _is_template_text(value) or _looks_like_path(value):
         return value
     raise ValueError(
         f"chat template {value!r} is neither a file path nor a known template name; accepted: "
-        f"{', '.join(sorted(CHAT_TEMPLATES))}, {BUILTIN_TEMPLATE} (the checkpoint's own), or a path to a Jinja file"
+        f"{', '.join(sorted(CHAT_TEMPLATES))}, {BUILTIN_TEMPLATE} (the checkpoint's own), a path to a Jinja file, "
+        "or the template text"
     )
 
 
@@ -179,6 +190,8 @@ def chat_template_text(value: str | None) -> str | None:
     value = check_chat_template(value)
     if value is None:
         return None
+    if _is_template_text(value):
+        return value
     if value in CHAT_TEMPLATES:
         return resources.files("rollgate").joinpath(CHAT_TEMPLATES[value]).read_text()
     path = Path(value).expanduser()

@@ -59,7 +59,9 @@ class ModelSettings(BaseModel):
     training_mode: bool = False
     # How the model talks, per model (vLLM's --chat-template, --tool-call-parser, --reasoning-parser);
     # `--model NAME` fills them from the registry (core/model_registry.py) unless they are set.
-    # chat_template: a shipped template's name or a Jinja file; None ("builtin"): the checkpoint's own
+    # chat_template: a shipped template's name ("chatml", "tiny"), a Jinja file or the template text;
+    # None ("builtin"): the checkpoint's own. tool_call_format: "hermes", "llama3_json".
+    # reasoning_format: "think", "none"; None: "think"
     chat_template: str | None = None
     tool_call_format: str = model_registry.DEFAULT_TOOL_CALL_FORMAT
     reasoning_format: str | None = None

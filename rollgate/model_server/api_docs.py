@@ -19,9 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollgate.core.openapi import errors, inline_schema, json_content, link
 from rollgate.model_server import wire
+from rollgate.model_server.backend import ConstrainedBackend
 from rollgate.model_server.capture import SESSION_PATTERN
 from rollgate.model_server.dialects import chat_completions, messages
-from rollgate.model_server.service import FALSE, IGNORE_EOS_KEY, SEED_PATTERN, TRUE
+from rollgate.model_server.prepare import FALSE, IGNORE_EOS_KEY, SEED_PATTERN, TRUE
 
 SSE = "text/event-stream"
 # one server-sent event (the data of each is the JSON of one event or chunk of the API)
@@ -43,7 +44,7 @@ class ModelShape:
 
     @classmethod
     def of(cls, service: Any) -> ModelShape:
-        formats = service.forwards or getattr(service.backend, "structured_output", False)
+        formats = service.forwards or isinstance(service.backend, ConstrainedBackend)
         return cls(tuple(sorted(service.model_names)), service.forwards, service.prompts is not None, formats)
 
     @classmethod

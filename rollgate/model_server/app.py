@@ -23,7 +23,8 @@ from rollgate.model_server import sse
 from rollgate.model_server.api_docs import CAPTURE_DOCS, POST_SUMMARIES, ModelShape, get_docs, post_docs
 from rollgate.model_server.capture import SESSION_HEADER, check_session
 from rollgate.model_server.dialects import chat_completions, messages
-from rollgate.model_server.service import TRUE, ModelService
+from rollgate.model_server.prepare import TRUE
+from rollgate.model_server.service import ModelService
 from rollgate.model_server.weights import AdminAuth, add_weights_routes
 
 TRAINING_HEADER = "x-rollgate-training"
@@ -84,7 +85,7 @@ def create_model_app(
     app.state.service = service
 
     async def responses_stream(body: Any, *, training: bool | None, session: str | None) -> AsyncIterator[bytes]:
-        return _encode(await service.stream(body, training=training, session=session))
+        return _encode(sse.api_events(await service.stream(body, training=training, session=session)))
 
     dialects: dict[str, Dialect] = {
         "/v1/responses": (service.create, responses_stream),

@@ -1,16 +1,18 @@
-"""What the service asks of a backend. Token backends (local, vllm, scripted with a tokenizer)
-receive prompt token ids built by the service and return generated ids and log-probs (streaming
-ones also yield text as it is generated); a passthrough backend (openai) forwards the whole
-request instead."""
+"""What the service asks of a backend, as runtime-checkable Protocols: the service tests
+`isinstance(backend, Capability)` instead of probing attributes. Token backends (local, vllm,
+scripted with a tokenizer) receive prompt token ids built by the service and return generated ids
+and log-probs; streaming ones also yield text as it is generated; constrained ones enforce JSON
+formats and forced tool calls; a passthrough backend (openai) forwards the whole request."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from rollgate.model_server.output import Generation
 from rollgate.model_server.structured import JsonFormat
+from rollgate.model_server.toolcalls import ToolCallConstraint
 from rollgate.model_server.wire import InputItem, ResponsesRequest
 
 
@@ -21,7 +23,8 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     ignore_eos: bool = False  # benchmarking: always generate max_tokens (like vLLM's ignore_eos)
-    json_format: JsonFormat | None = None  # structured output, for backends with `structured_output = True`
+    json_format: JsonFormat | None = None  # structured output, for a ConstrainedBackend
+    tool_call: ToolCallConstraint | None = None  # a forced tool_choice, for a ConstrainedBackend
 
 
 @dataclass
@@ -33,7 +36,10 @@ class CallContext:
     session_key: str | None = None
 
 
+@runtime_checkable
 class Backend(Protocol):
+    """A token backend (or a text-only one, with `tokenizer` None)."""
+
     name: str
     tokenizer: Any | None  # a Hugging Face tokenizer, or None for a text-only backend
     max_context: int | None
@@ -45,6 +51,7 @@ class Backend(Protocol):
     async def aclose(self) -> None: ...
 
 
+@runtime_checkable
 class StreamingBackend(Backend, Protocol):
     """A token backend that also streams (local, scripted); the others are streamed whole."""
 
@@ -56,6 +63,23 @@ class StreamingBackend(Backend, Protocol):
         ...
 
 
+@runtime_checkable
+class ConstrainedBackend(Protocol):
+    """Enforces `SamplingParams.json_format` and `.tool_call` by constrained decoding."""
+
+    def check_format(self, fmt: JsonFormat) -> None:
+        """A 400 naming the schema keyword it cannot enforce, before any generation starts."""
+        ...
+
+
+@runtime_checkable
+class AdmissionControl(Protocol):
+    """A backend with a bounded queue: refuses a request it has no room for (a 503)."""
+
+    def check_capacity(self) -> None: ...
+
+
+@runtime_checkable
 class PassthroughBackend(Protocol):
     name: str
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from rollgate.model_server.backend import CallContext, SamplingParams
 from rollgate.model_server.chat import Chat
-from rollgate.model_server.output import Generation
+from rollgate.model_server.output import TAGS, Generation
+from rollgate.model_server.toolcalls import ToolChoice
 from rollgate.model_server.wire import ResponsesRequest
 
 MAX_N = 16  # choices per call: each is a full generation in the batch
@@ -39,6 +40,13 @@ class Call:
     extends: int | None = None  # the captured call this prompt extends
     n: int = 1
     stop: tuple[str, ...] = ()
+    tool_choice: ToolChoice = field(default_factory=lambda: ToolChoice("auto"))
+    tags: tuple[str, ...] = TAGS  # where the model's structured output starts (a stream holds text back)
+
+    @property
+    def previous_response_id(self) -> str | None:
+        prev = self.body.get("previous_response_id") if isinstance(self.body, dict) else None
+        return prev if isinstance(prev, str) else None
 
     def params_for(self, index: int) -> SamplingParams:
         """Choice `index` samples with seed + index, so n choices differ but stay reproducible."""
@@ -70,6 +78,37 @@ class Choice:
         return "".join(
             p.get("text", "") for i in self.items if i.get("type") == "reasoning" for p in i.get("content") or []
         )
+
+
+@dataclass
+class ResponseStarted:
+    """A Responses stream's first event: the response being generated (its output still empty)."""
+
+    response: dict[str, Any]
+
+
+@dataclass
+class TextDelta:
+    """Message text, as generated: only what the final message text certainly starts with."""
+
+    text: str
+
+
+@dataclass
+class ResponseDone:
+    """The complete response, as a non-streaming call returns it."""
+
+    response: dict[str, Any]
+
+
+@dataclass
+class ResponseFailed:
+    """Generation failed after the stream started."""
+
+    error: BaseException
+
+
+ResponseEvent = ResponseStarted | TextDelta | ResponseDone | ResponseFailed
 
 
 def apply_stop(gen: Generation, stops: tuple[str, ...], tokenizer: Any | None) -> tuple[Generation, str | None]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollgate.core.errors import BadRequest
+from rollgate.model_server.toolcalls import TOOL_CALL_FORMATS, ToolCallFormat
 from rollgate.model_server.wire import (
     COMPONENT,
     FunctionCallItem,
@@ -89,21 +90,44 @@ def build_chat(request: ResponsesRequest, items: list[InputItem], raw_items: lis
     return Chat(messages, tools, anchor_message, anchor_ids)
 
 
-class PromptBuilder:
-    """Renders chats with a Hugging Face tokenizer's chat template and builds prompt ids."""
+_PROBE_TOOL = {"name": "probe_tool", "description": "d", "parameters": {"type": "object", "properties": {}}}
 
-    def __init__(self, tokenizer):
+
+class PromptBuilder:
+    """Renders chats with a chat template (the tokenizer's own, or `chat_template` instead) and
+    builds prompt ids. A template that does not render tools (rendering with tools gives the same
+    text as without) gets them from the tool-call format instead: a system prompt listing them,
+    earlier calls written into the assistant's text and tool results into user turns."""
+
+    def __init__(self, tokenizer, *, chat_template: str | None = None, tool_format: ToolCallFormat | None = None):
         self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        self.tool_format = tool_format or TOOL_CALL_FORMATS["hermes"]
         self.eos_id: int = tokenizer.eos_token_id
         self.eos_text: str = tokenizer.eos_token
         self.vocab_size = len(tokenizer)
         self.drift = 0  # tails whose rendered prefix did not match (a template that is not prefix-stable)
+        probe = [{"role": "user", "content": "x"}]
+        try:
+            self.native_tools = self._apply(probe, [_PROBE_TOOL], True) != self._apply(probe, [], True)
+        except Exception:  # noqa: BLE001 - a template that rejects the probe: trust it with tools
+            log.warning("the chat template failed on a probe chat; assuming it renders tools itself")
+            self.native_tools = True
+
+    def _apply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages,
+            tools=tools or None,
+            tokenize=False,
+            add_generation_prompt=generation_prompt,
+            chat_template=self.chat_template,
+        )
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], generation_prompt: bool) -> str:
+        if not self.native_tools:
+            messages, tools = inline_tools(messages, tools, self.tool_format), []
         try:
-            return self.tokenizer.apply_chat_template(
-                messages, tools=tools or None, tokenize=False, add_generation_prompt=generation_prompt
-            )
+            return self._apply(messages, tools, generation_prompt)
         except Exception as exc:  # a template error is the request's fault (e.g. a role it rejects)
             raise BadRequest(
                 f"the chat template cannot render this input: {exc}", component=COMPONENT, field="input"
@@ -144,3 +168,36 @@ class PromptBuilder:
         if not ids or ids[-1] != self.eos_id:
             ids.append(self.eos_id)  # the generation was cut before its end-of-turn token
         return ids + self.encode(full[cut:]), True
+
+
+def inline_tools(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]], fmt: ToolCallFormat
+) -> list[dict[str, Any]]:
+    """A chat for a template without tool support: the tools listed in the system prompt, the
+    assistant's calls in its text and tool results in user turns, all in `fmt`'s conventions.
+    Prefix-stable: the conversion of a chat's first messages is a prefix of the whole one's."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m["role"] == "assistant":
+            text = m.get("content") or ""
+            calls = [fmt.call_text(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls", [])]
+            turn = {k: v for k, v in m.items() if k != "tool_calls"}
+            turn["content"] = "\n".join([text, *calls] if text else calls)
+            out.append(turn)
+        elif m["role"] == "tool":
+            result = fmt.result_text(m.get("content") or "")
+            if out and out[-1].get("tool_results"):  # one user turn holds consecutive results
+                out[-1] = dict(out[-1], content=out[-1]["content"] + "\n" + result)
+            else:
+                out.append({"role": "user", "content": result, "tool_results": True})
+        else:
+            out.append(dict(m))
+    for m in out:
+        m.pop("tool_results", None)
+    if tools:
+        listing = fmt.system_prompt(tools)
+        if out and out[0]["role"] == "system":
+            out[0] = dict(out[0], content=f"{out[0]['content']}\n\n{listing}")
+        else:
+            out.insert(0, {"role": "system", "content": listing})
+    return out

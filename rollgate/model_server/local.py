@@ -6,8 +6,9 @@ weight_version=...)`: the weights are shared, not copied. To change them while s
 `backend.updating_weights(new_version)`: it waits for the current decode step, blocks the next
 one until the update is done, and stamps later outputs with the new version.
 
-Structured output (`text.format` json_schema / json_object) is enforced by constrained decoding:
-each generation gets a guide (structured_tokens) that masks the logits of every step.
+Structured output (`text.format` json_schema / json_object) and a forced `tool_choice` (required,
+or a named function) are enforced by constrained decoding: each such generation gets a guide
+(structured_tokens) that masks the logits of every step.
 
 Prefix KV reuse (`kv_reuse`, on by default): the engine keeps the KV of prompts and finished
 sequences, up to `kv_cache_mb`, so an episode's next call and the other samples of a group prefill
@@ -27,7 +28,7 @@ from rollgate.model_server.backend import CallContext, SamplingParams
 from rollgate.model_server.engine import Engine, EngineResult
 from rollgate.model_server.output import Generation
 from rollgate.model_server.structured import JsonFormat
-from rollgate.model_server.structured_tokens import Guide, TokenIndex
+from rollgate.model_server.structured_tokens import Guide, TokenIndex, ToolCallGuide
 from rollgate.model_server.textstream import IncrementalDetokenizer
 
 log = logging.getLogger("rollgate.model_server.local")
@@ -43,7 +44,6 @@ def pick_device(device: str = "auto") -> str:
 
 class LocalBackend:
     name = "local"
-    structured_output = True  # JSON formats are enforced by constrained decoding
 
     def __init__(
         self,
@@ -128,14 +128,20 @@ class LocalBackend:
 
     def check_format(self, fmt: JsonFormat) -> None:
         """Compile the format for this tokenizer now: a 400 before any generation starts."""
-        self._guide(fmt)
+        self._index().constraint(fmt)
 
-    def _guide(self, fmt: JsonFormat | None) -> Guide | None:
-        if fmt is None:
-            return None
+    def _index(self) -> TokenIndex:
         if self._token_index is None:
             self._token_index = TokenIndex(self.tokenizer, self.engine.eos_ids)
-        return self._token_index.guide(fmt)
+        return self._token_index
+
+    def _guide(self, params: SamplingParams) -> Guide | ToolCallGuide | None:
+        if params.tool_call is not None:
+            tc = params.tool_call
+            return ToolCallGuide(self._index().constraint(tc.body), tc.prefix_ids, tc.suffix_ids)
+        if params.json_format is not None:
+            return self._index().guide(params.json_format)
+        return None
 
     def check_capacity(self) -> None:
         if self.engine.pending() >= self.max_queue:
@@ -149,7 +155,7 @@ class LocalBackend:
         assert prompt_ids is not None, "the local backend needs prompt token ids"
         self.check_capacity()
         version = self.weight_version  # at submission: the oldest weights this turn can come from
-        fut = self.engine.submit(prompt_ids, params, self._guide(params.json_format))
+        fut = self.engine.submit(prompt_ids, params, self._guide(params))
         try:
             res = await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -165,7 +171,7 @@ class LocalBackend:
         assert prompt_ids is not None, "the local backend needs prompt token ids"
         self.check_capacity()
         version = self.weight_version
-        fut, tokens = self.engine.submit_streaming(prompt_ids, params, self._guide(params.json_format))
+        fut, tokens = self.engine.submit_streaming(prompt_ids, params, self._guide(params))
         detok = IncrementalDetokenizer(self.tokenizer)
         try:
             while True:

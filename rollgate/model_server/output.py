@@ -1,8 +1,9 @@
 """From generated text to Responses output items and the response object.
 
-The template's conventions: `<think>...</think>` is reasoning, each
-`<tool_call>{"name": ..., "arguments": {...}}</tool_call>` is a function call, the rest is the
-message. A tool call whose text does not parse stays part of the message (the trainer still sees
+The model's conventions (per-model settings): a reasoning format (`<think>...</think>` by default)
+marks reasoning, a tool-call format (toolcalls.py; Hermes `<tool_call>{...}</tool_call>` by
+default) marks function calls, the rest is the message. A tool call whose text does not parse, or
+that names a tool the request did not declare, stays part of the message (the trainer still sees
 exactly what the model wrote, and the agent can tell the model it was malformed).
 
 Items come in the order reasoning, message, function calls, except that a message whose text
@@ -10,18 +11,19 @@ starts before the first tag comes first: a stream has announced it already (see 
 
 from __future__ import annotations
 
-import json
 import re
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from rollgate.core.schemas import new_id
+from rollgate.model_server.toolcalls import TOOL_CALL_FORMATS, ParsedCall, ToolCallFormat
 from rollgate.model_server.wire import ResponsesRequest
 
-THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
-TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
-TAGS = ("<think>", "<tool_call>")  # where structured output starts
+# Reasoning formats (`model.reasoning_format`): the tags around the model's reasoning.
+REASONING_FORMATS: dict[str, tuple[str, str] | None] = {"think": ("<think>", "</think>"), "none": None}
+DEFAULT_REASONING = "think"
 
 
 @dataclass
@@ -37,41 +39,61 @@ class Generation:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-# One encoder, built once: json.dumps with options builds a new one per call (a few us each).
-_ARGS_JSON = json.JSONEncoder(ensure_ascii=False)
+class OutputParser:
+    """Generated text to output items, for one tool-call format and reasoning format."""
+
+    def __init__(self, tool_format: ToolCallFormat | None = None, reasoning: str | None = None):
+        self.tool_format = tool_format or TOOL_CALL_FORMATS["hermes"]
+        name = reasoning or DEFAULT_REASONING
+        if name not in REASONING_FORMATS:
+            raise ValueError(
+                f"model.reasoning_format: unknown reasoning format {name!r}; known: {sorted(REASONING_FORMATS)}"
+            )
+        self.reasoning = REASONING_FORMATS[name]
+        self.think = None
+        if self.reasoning is not None:
+            start, end = (re.escape(t) for t in self.reasoning)
+            self.think = re.compile(f"{start}(.*?)(?:{end}|$)", re.S)
+        # where structured output starts: a stream holds plain text back from here
+        self.tags = (*(self.reasoning[:1] if self.reasoning else ()), *self.tool_format.tags)
+
+    def parse(self, text: str, declared: Collection[str] | None = None, *, calls: bool = True) -> list[dict[str, Any]]:
+        """Output items (without token data). `declared`: the tools a call may name (None: any);
+        a call to another name stays message text, as does every call when `calls` is off."""
+        items: list[dict[str, Any]] = []
+        rest = text
+        if self.think is not None:
+            reasoning = "".join(m.group(1) for m in self.think.finditer(text))
+            rest = self.think.sub("", text)
+            if reasoning.strip():
+                items.append(
+                    {
+                        "type": "reasoning",
+                        "id": new_id("rs"),
+                        "status": "completed",
+                        "summary": [],
+                        "content": [{"type": "reasoning_text", "text": reasoning.strip()}],
+                    }
+                )
+        found = [
+            c for c in (self.tool_format.find_calls(rest) if calls else []) if declared is None or c.name in declared
+        ]
+        starts = [i for i in (text.find(t) for t in self.tags) if i >= 0]
+        message_first = bool(text[: min(starts, default=len(text))].strip())
+        kept, pos = [], 0
+        for c in found:
+            kept.append(rest[pos : c.start])
+            pos = c.end
+        rest = ("".join(kept) + rest[pos:]).strip()
+        if rest or not found:
+            items.insert(0 if message_first else len(items), _message(rest))
+        items.extend(_call_item(c) for c in found)
+        return items
 
 
-def parse_text(text: str) -> list[dict[str, Any]]:
-    """Output items (without token data) for generated text."""
-    items: list[dict[str, Any]] = []
-    reasoning = "".join(m.group(1) for m in THINK.finditer(text))
-    rest = THINK.sub("", text)
-    if reasoning.strip():
-        items.append(
-            {
-                "type": "reasoning",
-                "id": new_id("rs"),
-                "status": "completed",
-                "summary": [],
-                "content": [{"type": "reasoning_text", "text": reasoning.strip()}],
-            }
-        )
-    starts = [i for i in (text.find(t) for t in TAGS) if i >= 0]
-    message_first = bool(text[: min(starts, default=len(text))].strip())
-    calls: list[dict[str, Any]] = []
-
-    def take(match: re.Match) -> str:
-        call = _parse_call(match.group(1))
-        if call is None:
-            return match.group(0)  # unparseable: keep the text as the model wrote it
-        calls.append(call)
-        return ""
-
-    rest = TOOL_CALL.sub(take, rest).strip()
-    if rest or not calls:
-        items.insert(0 if message_first else len(items), _message(rest))
-    items.extend(calls)
-    return items
+def parse_text(text: str, declared: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """Output items for generated text, in the default formats (Hermes calls, `<think>` reasoning)."""
+    return _DEFAULT.parse(text, declared)
 
 
 def message_only(text: str) -> list[dict[str, Any]]:
@@ -89,27 +111,13 @@ def _message(text: str) -> dict[str, Any]:
     }
 
 
-def _parse_call(body: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads(body.strip())
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
-        return None
-    args = data.get("arguments", {})
-    if isinstance(args, str):
-        try:
-            json.loads(args)
-        except ValueError:
-            return None
-    else:
-        args = _ARGS_JSON.encode(args)
+def _call_item(call: ParsedCall) -> dict[str, Any]:
     return {
         "type": "function_call",
         "id": new_id("fc"),
         "call_id": new_id("call"),
-        "name": data["name"],
-        "arguments": args,
+        "name": call.name,
+        "arguments": call.arguments,
         "status": "completed",
     }
 
@@ -145,6 +153,7 @@ def build_response(
     max_output_tokens: int | None,
     response_id: str | None = None,
     created_at: int | None = None,
+    previous_response_id: str | None = None,
 ) -> dict[str, Any]:
     incomplete = finish_reason == "length"
     return {
@@ -159,6 +168,7 @@ def build_response(
         "metadata": request.metadata or {},
         "output": output,
         "parallel_tool_calls": request.parallel_tool_calls,
+        "previous_response_id": previous_response_id,
         "tool_choice": request.tool_choice if isinstance(request.tool_choice, (str, dict)) else "auto",
         "tools": [t.model_dump(exclude_none=True) for t in (request.tools or [])],
         "temperature": temperature,
@@ -174,3 +184,7 @@ def build_response(
             "output_tokens_details": {"reasoning_tokens": 0},
         },
     }
+
+
+_DEFAULT = OutputParser()
+TAGS = _DEFAULT.tags  # the default formats' tags (textstream's default)

@@ -80,7 +80,10 @@ def _is_default_tiny(settings: Settings) -> bool:
 
 
 def build_service(settings: Settings, metrics: Metrics | None = None) -> ModelService:
+    from rollgate.model_server.templates import resolve_chat_template
+
     m = settings.model
+    resolve_chat_template(m.chat_template)  # a bad setting fails before the model loads
     backend = build_backend(settings, metrics)
     aliases = (m.upstream_model,) if m.upstream_model else ()
     return ModelService(
@@ -91,6 +94,9 @@ def build_service(settings: Settings, metrics: Metrics | None = None) -> ModelSe
         max_context_tokens=m.max_context_tokens,
         metrics=metrics,
         aliases=aliases,
+        chat_template=resolve_chat_template(m.chat_template),
+        tool_call_format=m.tool_call_format,
+        reasoning_format=m.reasoning_format,
     )
 
 

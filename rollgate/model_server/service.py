@@ -8,33 +8,50 @@ process and the app only adds routes."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import contextlib
 import logging
-import re
+import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from rollgate.core.errors import BadRequest, ContextExhausted, NotFound, RollgateError
+from rollgate.core.errors import NotFound, RollgateError
 from rollgate.core.metrics import Metrics
-from rollgate.model_server import sse
-from rollgate.model_server.backend import Backend, CallContext, PassthroughBackend, SamplingParams
-from rollgate.model_server.calls import Call, Choice, apply_stop, forwarded, merge
+from rollgate.core.schemas import new_id
+from rollgate.model_server.backend import (
+    AdmissionControl,
+    Backend,
+    PassthroughBackend,
+    StreamingBackend,
+)
+from rollgate.model_server.calls import (
+    Call,
+    Choice,
+    ResponseDone,
+    ResponseEvent,
+    ResponseFailed,
+    ResponseStarted,
+    TextDelta,
+    apply_stop,
+    forwarded,
+    merge,
+)
 from rollgate.model_server.capture import CaptureStore
-from rollgate.model_server.chat import PromptBuilder, build_chat
-from rollgate.model_server.output import Generation, attach_tokens, build_response, message_only, parse_text
+from rollgate.model_server.chat import PromptBuilder
+from rollgate.model_server.output import (
+    Generation,
+    OutputParser,
+    attach_tokens,
+    build_response,
+    message_only,
+)
+from rollgate.model_server.prepare import CallBuilder
 from rollgate.model_server.response_store import ResponseStore
-from rollgate.model_server.structured import JsonFormat, check_enforceable, responses_format
-from rollgate.model_server.wire import COMPONENT, ResponsesRequest, parse_items, parse_request
+from rollgate.model_server.structured import JsonFormat
+from rollgate.model_server.textstream import PlainTextGate
+from rollgate.model_server.toolcalls import TOOL_CALL_FORMATS
+from rollgate.model_server.wire import COMPONENT, ResponsesRequest, parse_request
 
 log = logging.getLogger("rollgate.model_server.service")
-
-TRAINING_KEY = "rollgate_training"
-SESSION_KEY = "rollgate_session"
-IGNORE_EOS_KEY = "rollgate_ignore_eos"  # benchmarking: generate exactly max_output_tokens
-TRUE = {"1", "true", "yes", "on"}
-FALSE = {"", "0", "false", "no", "off"}
-SEED_PATTERN = "^[+-]?[0-9]+$"  # metadata.rollgate_seed (published in OpenAPI: rollgate.model_server.api_docs)
-_SEED_RE = re.compile(SEED_PATTERN)
 
 
 class ModelService:
@@ -52,18 +69,42 @@ class ModelService:
         aliases: tuple[str, ...] = (),
         captures: CaptureStore | None = None,
         responses: ResponseStore | None = None,
+        chat_template: str | None = None,
+        tool_call_format: str = "hermes",
+        reasoning_format: str | None = None,
     ):
+        """`chat_template`: template text replacing the checkpoint's own (templates.resolve_chat_template
+        reads a setting); `tool_call_format` (toolcalls.TOOL_CALL_FORMATS) and `reasoning_format`
+        (output.REASONING_FORMATS; None: `<think>` tags) are how this model writes them."""
         self.backend = backend
         self.served_name = served_name
         self.model_names = {served_name, *aliases}
         self.default_max_output_tokens = default_max_output_tokens
         self.training_mode = training_mode
         self.metrics = metrics if metrics is not None else Metrics.off()
-        tokenizer = getattr(backend, "tokenizer", None)
-        self.prompts = PromptBuilder(tokenizer) if tokenizer is not None else None
-        self.max_context = max_context_tokens or getattr(backend, "max_context", None)
+        self.token_backend = backend if isinstance(backend, Backend) and not self.forwards else None
+        tokenizer = self.token_backend.tokenizer if self.token_backend is not None else None
+        if tool_call_format not in TOOL_CALL_FORMATS:
+            known = sorted(TOOL_CALL_FORMATS)
+            raise ValueError(f"model.tool_call_format: unknown format {tool_call_format!r}; known: {known}")
+        fmt = TOOL_CALL_FORMATS[tool_call_format]
+        self.parser = OutputParser(fmt, reasoning_format)
+        self.prompts = (
+            PromptBuilder(tokenizer, chat_template=chat_template, tool_format=fmt) if tokenizer is not None else None
+        )
+        self.max_context = max_context_tokens or (self.token_backend.max_context if self.token_backend else None)
         self.captures = captures if captures is not None else CaptureStore()
         self.responses = responses if responses is not None else ResponseStore()
+        self.calls = CallBuilder(
+            backend,
+            self.prompts,
+            self.parser,
+            captures=self.captures,
+            responses=self.responses,
+            max_context=self.max_context,
+            default_max_output_tokens=default_max_output_tokens,
+            training_mode=training_mode,
+        )
 
     def ready(self) -> bool:
         return self.backend.ready()
@@ -82,7 +123,11 @@ class ModelService:
 
     @property
     def forwards(self) -> bool:
-        return hasattr(self.backend, "forward")
+        return isinstance(self.backend, PassthroughBackend)
+
+    @property
+    def streams(self) -> bool:
+        return isinstance(self.backend, StreamingBackend) and not self.forwards
 
     # --- the Responses API ----------------------------------------------------------------------
 
@@ -90,9 +135,9 @@ class ModelService:
         self, request: dict[str, Any], *, training: bool | None = None, session: str | None = None
     ) -> dict[str, Any]:
         try:
-            if self.forwards and isinstance(request, dict):
+            if isinstance(self.backend, PassthroughBackend) and isinstance(request, dict):
                 self._validate(request)  # a hosted API handles previous_response_id and text.format
-                out = await self.backend.forward(request)  # type: ignore[union-attr]
+                out = await self.backend.forward(request)
             else:
                 call = self.prepare(request, training=training, session=session)
                 [choice] = await self.complete(call, count=False)
@@ -109,20 +154,22 @@ class ModelService:
 
     async def stream(
         self, request: dict[str, Any], *, training: bool | None = None, session: str | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
-        """The Responses stream events of a request. The request is validated (and admitted) here,
-        so its errors raise before the first event and keep their HTTP status; later failures
-        become an `error` event. Closing the iterator early cancels the generation."""
-        if self.forwards or not hasattr(self.backend, "generate_stream"):
-            # no token stream here: generate first, then stream the complete response's events
-            return _iterate(sse.events(await self.create(request, training=training, session=session)))
+    ) -> AsyncIterator[ResponseEvent]:
+        """The events of a Responses request as it is generated (calls.ResponseEvent: started,
+        text deltas, done or failed; sse.py writes them as the API's server-sent events). The
+        request is validated (and admitted) here, so its errors raise before the first event and
+        keep their HTTP status. Closing the iterator early cancels the generation."""
+        if not self.streams:
+            # no token stream here: generate first, then the complete response
+            response = await self.create(request, training=training, session=session)
+            return _iterate([ResponseStarted(response), ResponseDone(response)])
         try:
             call = self.prepare(request, training=training, session=session)
             self._check_capacity()
         except RollgateError as exc:
             self._count("bad_request" if exc.status < 500 else "error")
             raise
-        return sse.stream_call(self, call)
+        return self._events(call)
 
     def retrieve(self, response_id: str) -> dict[str, Any]:
         return self.responses.get(response_id).response
@@ -143,27 +190,19 @@ class ModelService:
         """A Call from a Responses-shaped body (a dialect's request, converted). `output_format`:
         a dialect's structured output (a Responses body names it in `text.format`)."""
         req = self._validate(body)
-        fmt = output_format or responses_format((req.model_extra or {}).get("text"))
-        if fmt is not None and not self.forwards:  # enforced by the backend or refused, never ignored
-            ignore_eos = _flag(req.metadata or {}, IGNORE_EOS_KEY, strict=True)
-            tools = bool(req.tools) and req.tool_choice != "none"
-            check_enforceable(
-                fmt, self.backend, tools=tools, ignore_eos=f"metadata.{IGNORE_EOS_KEY}" if ignore_eos else None
-            )
-        if isinstance(body, dict) and body.get("previous_response_id") is not None:
-            req = self._continue(req, body)
-        call = self._prepare(req, body, training, session, fmt)
+        call = self.calls.build(req, body, training=training, session=session, output_format=output_format)
         call.api, call.n, call.stop = api, n, stop
         return call
 
     async def complete(self, call: Call, *, count: bool = True) -> list[Choice]:
         try:
-            if self.forwards:
+            if isinstance(self.backend, PassthroughBackend):
                 body = dict(call.body, model=call.req.model, stream=False)
-                outs = await asyncio.gather(*(self.backend.forward(body) for _ in range(call.n)))  # type: ignore[union-attr]
+                outs = await asyncio.gather(*(self.backend.forward(body) for _ in range(call.n)))
                 choices = [forwarded(out) for out in outs]
             else:
-                gen = self.backend.generate  # type: ignore[union-attr]
+                assert self.token_backend is not None
+                gen = self.token_backend.generate
                 if call.n == 1:  # the common case: no task per call (gather would make one)
                     gens = [await gen(call.prompt_ids, call.params_for(0), call.ctx)]
                 else:
@@ -189,7 +228,7 @@ class ModelService:
         """(choice index, text delta) as text is generated, then (index, Choice) per choice. A
         backend that cannot stream, or stop sequences (found only in the whole text), answer the
         Choices alone. Admission errors raise here, before the first piece."""
-        if self.forwards or not hasattr(self.backend, "generate_stream") or call.stop:
+        if not self.streams or call.stop:
             return self._whole(call)
         self._check_capacity()
         return self._pieces(call)
@@ -197,9 +236,8 @@ class ModelService:
     # --- internals ------------------------------------------------------------------------------
 
     def _check_capacity(self) -> None:
-        check = getattr(self.backend, "check_capacity", None)
-        if check is not None:
-            check()
+        if isinstance(self.backend, AdmissionControl):
+            self.backend.check_capacity()
 
     def _count(self, status: str) -> None:
         self.metrics.model_requests.labels(self.backend.name, status).inc()
@@ -214,69 +252,6 @@ class ModelService:
             )
         return req
 
-    def _continue(self, req: ResponsesRequest, body: dict[str, Any]) -> ResponsesRequest:
-        """previous_response_id: the stored call's input and output come before this input."""
-        if not isinstance(body["previous_response_id"], str):
-            raise BadRequest(
-                "previous_response_id: must be a string", component=COMPONENT, field="previous_response_id"
-            )
-        prev = self.responses.get(body["previous_response_id"], field="previous_response_id")
-        new = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else list(req.input)
-        return req.model_copy(update={"input": [*prev.input, *prev.response["output"], *new]})
-
-    def _prepare(
-        self,
-        req: ResponsesRequest,
-        body: dict[str, Any],
-        training: bool | None,
-        session: str | None,
-        fmt: JsonFormat | None = None,
-    ) -> Call:
-        items = parse_items(req.input)
-        raw_items = req.input if isinstance(req.input, list) else None
-        meta = req.metadata or {}
-        training = bool(training or self.training_mode or _flag(meta, TRAINING_KEY))
-        seed = req.seed
-        if "rollgate_seed" in meta:
-            if not _SEED_RE.fullmatch(meta["rollgate_seed"]):
-                raise BadRequest(
-                    "metadata.rollgate_seed: must be an integer", component=COMPONENT, field="metadata.rollgate_seed"
-                )
-            if seed is None:
-                seed = int(meta["rollgate_seed"])
-        max_tokens = req.max_output_tokens or self.default_max_output_tokens
-        prompt_ids: list[int] | None = None
-        chat = None
-        extends = None
-        if self.prompts is not None:
-            chat = build_chat(req, items, raw_items)
-            if session is not None:
-                anchor = self.captures.anchor(session, chat.messages, chat.tools)
-                if anchor is not None:
-                    extends = anchor.call
-                    if chat.anchor_message is None:  # echoed token ids win: they are the client's own
-                        chat.anchor_message, chat.anchor_ids = anchor.message, anchor.ids
-            prompt_ids, _ = self.prompts.prompt_ids(chat)
-            if self.max_context is not None:
-                room = self.max_context - len(prompt_ids)
-                if room <= 0:
-                    raise ContextExhausted(
-                        f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.max_context}",
-                        component=COMPONENT,
-                        field="input",
-                    )
-                max_tokens = min(max_tokens, room)
-        params = SamplingParams(
-            max_tokens=max_tokens,
-            temperature=1.0 if req.temperature is None else req.temperature,
-            top_p=1.0 if req.top_p is None else req.top_p,
-            seed=seed,
-            ignore_eos=_flag(meta, IGNORE_EOS_KEY, strict=True),
-            json_format=fmt if not self.forwards else None,
-        )
-        ctx = CallContext(req, items, session or meta.get(SESSION_KEY) or _session_key(raw_items, req.input))
-        return Call(req, body, prompt_ids, params, ctx, training, chat=chat, session=session, extends=extends)
-
     def _finish(self, call: Call, gens: list[Generation]) -> list[Choice]:
         """Choices from generations: stop sequences applied, output parsed, tokens counted and
         captured."""
@@ -285,7 +260,11 @@ class ModelService:
             stop_seq = None
             if call.stop:
                 gen, stop_seq = apply_stop(gen, call.stop, self.prompts.tokenizer if self.prompts else None)
-            items = message_only(gen.text) if call.params.json_format is not None else parse_text(gen.text)
+            if call.params.json_format is not None:
+                items = message_only(gen.text)
+            else:
+                declared = [t.name for t in call.req.tools or []]
+                items = self.parser.parse(gen.text, declared, calls=call.tool_choice.mode != "none")
             choices.append(Choice(items, gen.finish_reason, gen, stop_seq))
         self.metrics.model_tokens.labels("in").inc(len(gens[0].prompt_ids or call.prompt_ids or []) * len(gens))
         self.metrics.model_tokens.labels("out").inc(sum(len(g.token_ids or []) for g in gens))
@@ -309,10 +288,11 @@ class ModelService:
 
     async def _pieces(self, call: Call) -> AsyncIterator[tuple[int, str | Choice]]:
         status = "cancelled"  # unless it gets to the end: the client went away
+        assert isinstance(self.backend, StreamingBackend)
         try:
             streams = [
                 self.backend.generate_stream(call.prompt_ids, call.params_for(i), call.ctx) for i in range(call.n)
-            ]  # type: ignore[union-attr]
+            ]
             gens: list[Generation | None] = [None] * call.n
             async for i, piece in merge(streams):
                 if isinstance(piece, str):
@@ -350,7 +330,36 @@ class ModelService:
             max_output_tokens=call.req.max_output_tokens,
             response_id=response_id,
             created_at=created_at,
+            previous_response_id=call.previous_response_id,
         )
+
+    async def _events(self, call: Call) -> AsyncIterator[ResponseEvent]:
+        """A prepared call's events: the response as it starts, text deltas as the backend
+        generates them, then the complete response (stored like `create`'s), or the failure."""
+        response_id, created_at = new_id("resp"), int(time.time())
+        yield ResponseStarted(self._respond(call, Choice([], "stop"), response_id=response_id, created_at=created_at))
+        try:
+            choice = None  # the finished Choice, after the text deltas
+            gate = PlainTextGate(call.tags)
+            pieces = self._pieces(call)
+            async with contextlib.aclosing(pieces):
+                async for _, piece in pieces:
+                    if isinstance(piece, str):
+                        if out := gate.feed(piece):
+                            yield TextDelta(out)
+                    else:
+                        choice = piece
+            assert choice is not None
+            response = self._respond(call, choice, response_id=response_id, created_at=created_at)
+            self._store(call, response)
+        except Exception as exc:  # noqa: BLE001 - the stream has started: the failure is its last event
+            if isinstance(exc, RollgateError):
+                log.warning("stream %s failed: %s", response_id, exc)
+            else:
+                log.exception("stream %s failed", response_id)
+            yield ResponseFailed(exc)
+            return
+        yield ResponseDone(response)
 
     def _store(self, call: Call, response: dict[str, Any]) -> None:
         if (call.req.model_extra or {}).get("store", True) is False:
@@ -361,23 +370,6 @@ class ModelService:
         )
 
 
-def _flag(meta: dict[str, str], key: str, *, strict: bool = False) -> bool:
-    value = meta.get(key, "").lower()
-    if strict and value not in TRUE | FALSE:
-        raise BadRequest(
-            f'metadata.{key}: must be "true" or "false", got {meta[key]!r}',
-            component=COMPONENT,
-            field=f"metadata.{key}",
-        )
-    return value in TRUE
-
-
-async def _iterate(events: Iterable[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+async def _iterate(events: Iterable[ResponseEvent]) -> AsyncIterator[ResponseEvent]:
     for event in events:
         yield event
-
-
-def _session_key(raw_items: list[dict[str, Any]] | None, raw: Any) -> str:
-    """Requests of one episode share their first item: hashing it keeps an episode on one replica."""
-    first = raw_items[0] if raw_items else raw
-    return hashlib.sha1(repr(first).encode()).hexdigest()

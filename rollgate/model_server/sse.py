@@ -1,26 +1,24 @@
 """Server-sent events of the Responses API, with the official event types and fields (what the
-openai SDK's stream parser expects).
+openai SDK's stream parser expects). This module only encodes: the service's public event stream
+(`ModelService.stream`, calls.ResponseEvent) becomes the API's events.
 
 `StreamWriter` builds the events of a response while it is generated: `response.created` at once,
-the message's `output_text` deltas as plain text arrives (through textstream.PlainTextGate), and
-everything else (the rest of the message, reasoning and function_call items) once the response
-is complete; `response.completed` / `response.incomplete` carries the same response object a
-non-streaming call returns. `events(response)` streams a response that is already complete."""
+the message's `output_text` deltas as the service releases plain text, and everything else (the
+rest of the message, reasoning and function_call items) once the response is complete;
+`response.completed` / `response.incomplete` carries the same response object a non-streaming
+call returns."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import RollgateError
 from rollgate.core.schemas import new_id
-from rollgate.model_server.output import build_response
-from rollgate.model_server.textstream import PlainTextGate
+from rollgate.model_server.calls import ResponseDone, ResponseEvent, ResponseFailed, ResponseStarted, TextDelta
 
 log = logging.getLogger("rollgate.model_server.sse")
 
@@ -45,7 +43,7 @@ class StreamWriter:
 
     def __init__(self) -> None:
         self.seq = 0
-        self.gate = PlainTextGate()
+        self.sent = ""  # message text streamed so far
         self.message_id: str | None = None  # set once the message is announced (first delta)
 
     def ev(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -56,11 +54,11 @@ class StreamWriter:
         start = _in_progress(response)
         return [self.ev("response.created", response=start), self.ev("response.in_progress", response=start)]
 
-    def text(self, delta: str) -> list[dict[str, Any]]:
-        """Events for newly generated text: nothing while it may belong to a tag."""
-        out = self.gate.feed(delta)
+    def text(self, out: str) -> list[dict[str, Any]]:
+        """Events for newly released message text."""
         if not out:
             return []
+        self.sent += out
         events = []
         if self.message_id is None:  # parse_text puts a message that starts before any tag first
             self.message_id = new_id("msg")
@@ -98,7 +96,7 @@ class StreamWriter:
         if self.message_id is not None:
             if output and output[0]["type"] == "message":
                 output[0]["id"] = self.message_id
-                events += self._message_events(0, output[0], sent=self.gate.sent)
+                events += self._message_events(0, output[0], sent=self.sent)
                 first = 1
             else:  # cannot happen with parse_text's ordering; the final response stays authoritative
                 log.error("streamed message text but the response does not start with a message")
@@ -202,57 +200,26 @@ class StreamWriter:
         return events
 
 
-def events(response: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """All events of a complete response (a backend that cannot stream, e.g. a passthrough)."""
-    writer = StreamWriter()
-    yield from writer.start(response)
-    yield from writer.finish(response)
-
-
 def encode(event: dict[str, Any]) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + jsonutil.dumps(event) + b"\n\n"
 
 
-async def stream_call(service: Any, call: Any) -> AsyncIterator[dict[str, Any]]:
-    """The Responses stream events of a prepared call on `service` (rollgate.model_server.service):
-    text deltas as the backend generates them, then the complete response (stored like `create`'s)."""
+async def api_events(stream: AsyncIterator[ResponseEvent]) -> AsyncIterator[dict[str, Any]]:
+    """The Responses API's stream events for the service's events. Closing this closes `stream`
+    (and so cancels the generation)."""
     writer = StreamWriter()
-    response_id, created_at = new_id("resp"), int(time.time())
-    start = build_response(
-        call.req,
-        call.req.model,
-        [],
-        input_tokens=0,
-        output_tokens=0,
-        finish_reason="stop",
-        temperature=call.params.temperature,
-        top_p=call.params.top_p,
-        max_output_tokens=call.req.max_output_tokens,
-        response_id=response_id,
-        created_at=created_at,
-    )
-    for event in writer.start(start):
-        yield event
     try:
-        choice = None  # the finished Choice (rollgate.model_server.calls), after the text deltas
-        pieces = service._pieces(call)
-        async with contextlib.aclosing(pieces):
-            async for _, piece in pieces:
-                if isinstance(piece, str):
-                    for event in writer.text(piece):
-                        yield event
-                else:
-                    choice = piece
-        assert choice is not None
-        response = service._respond(call, choice, response_id=response_id, created_at=created_at)
-        service._store(call, response)
-    except RollgateError as exc:
-        log.warning("stream %s failed: %s", response_id, exc)
-        yield writer.error(exc)
-        return
-    except Exception as exc:
-        log.exception("stream %s failed", response_id)
-        yield writer.error(exc)
-        return
-    for event in writer.finish(response):
-        yield event
+        async for event in stream:
+            if isinstance(event, ResponseStarted):
+                for out in writer.start(event.response):
+                    yield out
+            elif isinstance(event, TextDelta):
+                for out in writer.text(event.text):
+                    yield out
+            elif isinstance(event, ResponseDone):
+                for out in writer.finish(event.response):
+                    yield out
+            elif isinstance(event, ResponseFailed):
+                yield writer.error(event.error)
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]

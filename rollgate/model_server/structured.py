@@ -101,6 +101,11 @@ def _make(kind: Any, schema: Any, field: str, schema_field: str, name: Any = Non
     )
 
 
+def schema_format(schema: Any, field: str, schema_field: str) -> JsonFormat:
+    """A json_schema format for a schema the request gives elsewhere (a tool's parameters)."""
+    return _make("json_schema", schema, field, schema_field)
+
+
 def responses_format(text: Any) -> JsonFormat | None:
     """From a Responses request's `text` field; None for plain text."""
     if text is None:
@@ -146,13 +151,14 @@ def messages_format(fmt: Any) -> JsonFormat | None:
     return _make(fmt.get("type"), fmt.get("schema"), "output_config.format", "output_config.format.schema")
 
 
-def check_enforceable(fmt: JsonFormat, backend: Any, *, tools: bool, ignore_eos: str | None) -> None:
-    """A 400 unless `backend` enforces the format for this request (`ignore_eos`: the field that
+def check_enforceable(fmt: JsonFormat, backend: Any | None, name: str, *, tools: bool, ignore_eos: str | None) -> None:
+    """A 400 unless `backend` (a backend.ConstrainedBackend, None for one without constrained
+    decoding, named `name`) enforces the format for this request (`ignore_eos`: the field that
     asked to ignore the end of turn, if one did)."""
-    if not getattr(backend, "structured_output", False):
+    if backend is None:
         raise _bad(
             fmt.field,
-            f"the {backend.name!r} backend cannot enforce {fmt.kind} output (it has no constrained decoding); "
+            f"the {name!r} backend cannot enforce {fmt.kind} output (it has no constrained decoding); "
             "serve the model with the local or vllm backend, or leave it out",
         )
     if tools:
@@ -163,9 +169,7 @@ def check_enforceable(fmt: JsonFormat, backend: Any, *, tools: bool, ignore_eos:
         )
     if ignore_eos is not None:
         raise _bad(ignore_eos, f"cannot be combined with {fmt.field}: a complete document ends the turn")
-    check = getattr(backend, "check_format", None)
-    if check is not None:
-        check(fmt)  # e.g. compile the schema: a 400 naming a keyword the backend cannot enforce
+    backend.check_format(fmt)  # e.g. compile the schema: a 400 naming a keyword the backend cannot enforce
 
 
 def compile_format(fmt: JsonFormat) -> Node:

@@ -192,3 +192,46 @@ class Guide:
     @property
     def complete(self) -> bool:
         return self.state >= 0 and self.constraint.automaton.accepting[self.state]
+
+
+class ToolCallGuide:
+    """A forced tool call (toolcalls.ToolCallConstraint): the prefix ids one by one, then the call's
+    JSON document, then the suffix ids, then the end of turn. Each forced token is the only one
+    allowed, so its log-prob under the constrained distribution is 0."""
+
+    def __init__(self, constraint: Constraint, prefix: tuple[int, ...], suffix: tuple[int, ...]):
+        self.json = Guide(constraint)
+        self.forced = list(prefix)  # ids still to force before the document
+        self.suffix = list(suffix)
+        self.in_document = not self.forced
+        self._masks: dict[tuple[int, int, str], torch.Tensor] = {}
+
+    def _only(self, tokens: list[int], vocab: int, device: torch.device) -> torch.Tensor:
+        key = (tokens[0] if len(tokens) == 1 else -len(tokens), vocab, str(device))
+        mask = self._masks.get(key)
+        if mask is None:
+            mask = torch.ones(vocab, dtype=torch.bool)
+            mask[[t for t in tokens if t < vocab]] = False
+            mask = self._masks[key] = mask.to(device)
+        return mask
+
+    def constrain(self, logits: torch.Tensor) -> torch.Tensor:
+        vocab, device = logits.shape[-1], logits.device
+        if not self.in_document:
+            nxt = self.forced[:1] or self.json.constraint.index.eos_ids
+            return logits.masked_fill(self._only(nxt, vocab, device), float("-inf"))
+        if self.json.complete and self.suffix:
+            # the document is whole (nothing can follow its closing brace): the suffix comes next
+            return logits.masked_fill(self._only(self.suffix[:1], vocab, device), float("-inf"))
+        return self.json.constrain(logits)
+
+    def advance(self, token: int) -> None:
+        if not self.in_document:
+            if self.forced:
+                self.forced.pop(0)
+                self.in_document = not self.forced and self.json.state >= 0 and not self.json.complete
+            return
+        if self.json.complete:  # the first suffix token: force the rest, then the end of turn
+            self.forced, self.suffix, self.in_document = self.suffix[1:], [], False
+            return
+        self.json.advance(token)

@@ -1,7 +1,7 @@
 """Text as it is generated: token ids to text deltas, and the part of that text that may be shown
 as the message's `output_text` deltas before the generation ends.
 
-Tool calls (`<tool_call>...</tool_call>`) and reasoning (`<think>...</think>`) become their own
+Tool calls (`<tool_call>...</tool_call>` in the default format) and reasoning (`<think>...</think>`) become their own
 output items only once the whole text is known, so the gate lets through only what the final
 message text is certain to start with: the text before the first tag, without leading
 whitespace, holding back trailing whitespace (the message is stripped) and anything that may be
@@ -12,8 +12,6 @@ from __future__ import annotations
 from tokenizers.decoders import DecodeStream
 
 from rollgate.model_server.output import TAGS
-
-_LONGEST_TAG = max(len(t) for t in TAGS)
 
 
 class IncrementalDetokenizer:
@@ -51,7 +49,8 @@ class IncrementalDetokenizer:
 class PlainTextGate:
     """Passes through the leading plain text of a generation, as it arrives (see the module doc)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tags: tuple[str, ...] = TAGS) -> None:
+        self.tags = tags  # where structured output starts (output.OutputParser.tags)
         self.pending = ""  # received, not yet released
         self.sent = ""  # released so far
         self.closed = False  # a tag has started: nothing more is released
@@ -60,12 +59,12 @@ class PlainTextGate:
         if self.closed:
             return ""
         self.pending += text
-        found = [i for i in (self.pending.find(t) for t in TAGS) if i >= 0]
+        found = [i for i in (self.pending.find(t) for t in self.tags) if i >= 0]
         if found:
             self.closed = True
             cut = min(found)
         else:
-            cut = _partial_tag_start(self.pending)
+            cut = _partial_tag_start(self.pending, self.tags)
         head = self.pending[:cut]
         if not self.sent:  # the message text is stripped: leading whitespace never shows
             stripped = head.lstrip()
@@ -77,10 +76,11 @@ class PlainTextGate:
         return out
 
 
-def _partial_tag_start(text: str) -> int:
+def _partial_tag_start(text: str, tags: tuple[str, ...]) -> int:
     """Where a proper prefix of a tag that ends the text starts (len(text) when none does)."""
-    for j in range(max(0, len(text) - _LONGEST_TAG + 1), len(text)):
+    longest = max((len(t) for t in tags), default=0)
+    for j in range(max(0, len(text) - longest + 1), len(text)):
         tail = text[j:]
-        if any(t.startswith(tail) for t in TAGS):
+        if any(t.startswith(tail) for t in tags):
             return j
     return len(text)

@@ -11,10 +11,13 @@ vLLM reports log-probs of the unscaled model distribution unless the server runs
 
 Structured output (`text.format` and its equivalents) is handed to vLLM's structured outputs in
 the request (`structured_outputs: {"json": schema}` or `{"json_object": true}`, vLLM >= 0.12), so
-vLLM's grammar backend enforces it; the schema keywords it supports are vLLM's."""
+vLLM's grammar backend enforces it; the schema keywords it supports are vLLM's. A forced
+`tool_choice` is decoded the same way (see `_forced_call`), and the service parses the text with
+the same tool-call format as for the local backend."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -23,6 +26,7 @@ from rollgate.core.errors import ProtocolError, RollgateError, UpstreamError, Up
 from rollgate.model_server.backend import CallContext, SamplingParams
 from rollgate.model_server.output import Generation
 from rollgate.model_server.router import ReplicaRouter
+from rollgate.model_server.structured import JsonFormat
 from rollgate.model_server.weights import NotSupported
 
 log = logging.getLogger("rollgate.model_server.vllm")
@@ -30,7 +34,6 @@ log = logging.getLogger("rollgate.model_server.vllm")
 
 class VllmBackend:
     name = "vllm"
-    structured_output = True  # vLLM enforces JSON formats itself
 
     def __init__(
         self,
@@ -76,8 +79,44 @@ class VllmBackend:
             body["structured_outputs"] = params.json_format.vllm()
         return body
 
+    def check_format(self, fmt: JsonFormat) -> None:
+        """vLLM compiles schemas itself: what it cannot enforce comes back as its 400."""
+
     async def generate(self, prompt_ids: list[int] | None, params: SamplingParams, ctx: CallContext) -> Generation:
         assert prompt_ids is not None, "the vllm backend needs prompt token ids"
+        if params.tool_call is not None:
+            return await self._forced_call(prompt_ids, params, ctx)
+        return await self._complete(prompt_ids, params, ctx)
+
+    async def _forced_call(self, prompt_ids: list[int], params: SamplingParams, ctx: CallContext) -> Generation:
+        """A forced tool call, the way the local backend decodes it: the format's prefix ids are
+        appended to the prompt, vLLM samples the call's JSON document under its structured output,
+        and the suffix ids and end of turn follow. The forced tokens were the only ones allowed, so
+        their log-probs are 0; the ids are the sequence a single constrained decode would give."""
+        tc = params.tool_call
+        assert tc is not None
+        head, tail = list(tc.prefix_ids), [*tc.suffix_ids, self.tokenizer.eos_token_id]
+        room = max(1, params.max_tokens - len(head) - len(tail))
+        inner = dataclasses.replace(params, max_tokens=room, json_format=tc.body, tool_call=None)
+        gen = await self._complete(prompt_ids + head, inner, ctx)
+        doc, lps = list(gen.token_ids or []), list(gen.log_probs or [])
+        finish = gen.finish_reason
+        if finish == "stop" and doc and doc[-1] == self.tokenizer.eos_token_id:
+            doc, lps = doc[:-1], lps[:-1]  # the document is whole: the format's suffix ends the turn
+            ids, lps = head + doc + tail, [0.0] * len(head) + lps + [0.0] * len(tail)
+        else:  # cut at max tokens: no suffix
+            ids, lps = head + doc, [0.0] * len(head) + lps
+        text_ids = ids[:-1] if ids and ids[-1] == self.tokenizer.eos_token_id else ids
+        return Generation(
+            text=self.tokenizer.decode(text_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False),
+            finish_reason=finish,
+            prompt_ids=list(prompt_ids),
+            token_ids=ids,
+            log_probs=lps,
+            weight_version=self.weight_version,
+        )
+
+    async def _complete(self, prompt_ids: list[int], params: SamplingParams, ctx: CallContext) -> Generation:
         self.router.start_health_checks()
         deadline = time.monotonic() + self.timeout_s
         last: Exception | None = None

@@ -31,6 +31,7 @@ from rollgate.resources_servers.base import EnvRuntime
 from rollgate.resources_servers.client import HttpEnvClient, LocalEnvClient
 from rollgate.resources_servers.registry import load_env
 from tests.conftest import free_port
+from tests.lax_model import LaxModelServer
 from tests.resources.toy_env import CounterEnv
 
 
@@ -102,7 +103,7 @@ async def test_session_is_closed_after_the_episode(scripted_service):
 
 
 async def test_invented_tool_is_an_error_output_and_the_episode_goes_on(scripted_service):
-    agent = make_agent(LocalModelClient(scripted_service))
+    agent = make_agent(LocalModelClient(LaxModelServer(scripted_service, ["teleport"])))
     traj = await run(agent, counter_row(call("teleport", to=7), call("reset", mode="target"), {"text": "7"}))
     outputs = [m["output"] for m in traj.messages if m.get("type") == "function_call_output"]
     assert outputs[0].startswith("error: unknown tool 'teleport'")

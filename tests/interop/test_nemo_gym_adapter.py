@@ -35,6 +35,7 @@ from rollgate.resources_servers.interop.nemo_gym import NemoGymEnvironment, spec
 from rollgate.stack.parts import local_stack
 from tests.conftest import free_port
 from tests.interop.nemo_gym_standin import build
+from tests.lax_model import LaxModelServer
 
 STANDIN = str(Path(__file__).with_name("nemo_gym_standin.py"))
 PROTOCOL = ["seed_session", "verify", "close_session", "aggregate_metrics", "reverify_mode"]
@@ -236,7 +237,8 @@ async def test_the_model_reaches_tool_routes_only_whatever_name_it_invents(serve
     before = server.calls()
     # 1) through the agent: names the task does not offer never leave it
     invented = [call(n) for n in INVENTED]
-    (traj,) = await play(scripted, env, row(*invented, call("add", amount=7), {"text": "7"}, tools=tools))
+    lax = LaxModelServer(scripted, INVENTED)  # Rollgate's own model server never returns these calls
+    (traj,) = await play(lax, env, row(*invented, call("add", amount=7), {"text": "7"}, tools=tools))
     assert traj.outcome is Outcome.completed and traj.reward == 1.5
     assert all(o.startswith("error: unknown tool") for o in outputs(traj)[: len(INVENTED)])
     # 2) straight to the runtime (what the HTTP routes call): an error output, nothing sent
@@ -267,7 +269,7 @@ async def test_a_catch_all_server_takes_its_tools_from_the_row_and_still_only_to
         assert env.tool_schemas() == []  # no named routes: the row says which tools exist
         tools = [{"type": "function", "name": n, "parameters": {"type": "object"}} for n in ("add", "ghost")]
         script = [call("add", amount=7), call("ghost"), call("read_total"), {"text": "7"}]
-        (traj,) = await play(scripted, env, row(*script, tools=tools))
+        (traj,) = await play(LaxModelServer(scripted, ["read_total"]), env, row(*script, tools=tools))
         assert traj.outcome is Outcome.completed, traj.error
         add, ghost, unknown = outputs(traj)
         assert add == '{"total":7}' and ghost.startswith("error: ") and "no tool ghost" in ghost  # its 404

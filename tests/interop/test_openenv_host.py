@@ -35,6 +35,7 @@ from rollgate.resources_servers.interop.openenv_local import OpenEnvClass  # noq
 from rollgate.resources_servers.interop.openenv_targets import OpenEnvServer  # noqa: E402
 from rollgate.stack.parts import local_stack  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
+from tests.lax_model import LaxModelServer
 
 COUNTER = "tests.interop.openenv_envs:CounterEnvironment"
 FAULTY = "tests.interop.openenv_envs:FaultyCounter"
@@ -188,7 +189,8 @@ async def test_no_tool_name_reaches_reset_state_close_or_verify(service, oe, cou
         assert oe.CounterEnvironment.resets == resets + 1 and oe.CounterEnvironment.closes == closes
         assert (await runtime.state(seeded.session_id))["rewards"] == []  # no step happened either
         # and the model, inventing names, only reads errors
-        traj = await play(service, OpenEnvEnvironment(target), row(*(call(n) for n in RESERVED), {"text": "x"}))
+        lax = LaxModelServer(service, list(RESERVED))  # Rollgate's own model server never returns these calls
+        traj = await play(lax, OpenEnvEnvironment(target), row(*(call(n) for n in RESERVED), {"text": "x"}))
         assert all(o.startswith("error: unknown tool") for o in outputs(traj))
         assert traj.reward == 0.0 and traj.metrics["openenv_steps"] == 0
     finally:

@@ -59,7 +59,7 @@ async def test_default_policy_calls_first_tool_then_answers_done(service):
 
 async def test_script_in_metadata_plays_turn_by_tool_outputs(service):
     script = json.dumps([{"call": {"name": "calculator", "arguments": {"expression": "1+1"}}}, {"text": "2"}])
-    req = {"model": "rollgate-tiny", "input": "q", "metadata": {"rollgate_script": script}}
+    req = {"model": "rollgate-tiny", "input": "q", "tools": [CALC_TOOL], "metadata": {"rollgate_script": script}}
     first = await service.create(req)
     assert first["output"][0]["name"] == "calculator"
     out = {"type": "function_call_output", "call_id": first["output"][0]["call_id"], "output": "2"}

@@ -14,6 +14,7 @@ from transformers import AutoTokenizer
 
 from rollgate.core.items import output_text
 from rollgate.core.serving import serve_in_thread
+from rollgate.model_server import sse
 from rollgate.model_server.app import create_model_app
 from rollgate.model_server.scripted import ScriptedBackend
 from rollgate.model_server.service import ModelService
@@ -125,7 +126,7 @@ async def test_tool_call_markup_is_never_streamed_as_text(tiny_model_dir):
         [{"text": 'Let me check. <tool_call>{"name": "calculator", "arguments": {"expression": "2+3"}}</tool_call>'}]
     )
     body = {"model": "rollgate-tiny", "input": "2+3?", "tools": [CALC_TOOL], "metadata": {"rollgate_script": script}}
-    events = [e async for e in await service.stream(body)]
+    events = [e async for e in sse.api_events(await service.stream(body))]
     deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert deltas == "Let me check."
     final = events[-1]["response"]

@@ -132,3 +132,48 @@ async def test_slow_replica_times_out_within_the_configured_timeout(tokenizer):
             await service.create(_req("s"))
         assert time.monotonic() - started < 2.0
         await service.aclose()
+
+
+def fake_vllm_document(seen: list, doc_ids: list[int], eos: int) -> FastAPI:
+    """A vLLM stand-in that answers every completion with a given JSON document, then eos."""
+    app = FastAPI()
+
+    @app.get("/health")
+    async def health():
+        return {}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body = await request.json()
+        seen.append(body)
+        ids = [*doc_ids, eos]
+        lps = [-0.5] * len(ids)
+        choice = {"index": 0, "text": "", "finish_reason": "stop", "token_ids": ids}
+        choice["logprobs"] = {"tokens": [f"token_id:{t}" for t in ids], "token_logprobs": lps}
+        return {"id": "cmpl-1", "object": "text_completion", "model": body["model"], "choices": [choice]}
+
+    return app
+
+
+async def test_a_forced_tool_call_is_decoded_as_prefix_document_suffix(tokenizer):
+    """The vllm backend forces the format's text around a document vLLM's structured outputs
+    sample: the same ids a single constrained decode gives, forced tokens at log-prob 0."""
+    from tests.model_server.conftest import CALC_TOOL
+
+    doc = tokenizer.encode('{"name": "calculator", "arguments": {"expression": "1"}}', add_special_tokens=False)
+    seen: list = []
+    eos = tokenizer.eos_token_id
+    with serve_in_thread(fake_vllm_document(seen, doc, eos)) as url:
+        service = _service([url], tokenizer)
+        req = {**_req("s1"), "tools": [CALC_TOOL], "tool_choice": {"type": "function", "name": "calculator"}}
+        resp = await service.create({**req, "max_output_tokens": 64})
+        await service.aclose()
+    [call] = [i for i in resp["output"] if i["type"] == "function_call"]
+    assert call["name"] == "calculator" and call["arguments"] == '{"expression": "1"}'
+    prefix = tokenizer.encode("<tool_call>\n", add_special_tokens=False)
+    suffix = tokenizer.encode("\n</tool_call>", add_special_tokens=False)
+    assert seen[0]["prompt"] == call["prompt_token_ids"] + prefix  # vLLM continues after the forced prefix
+    schema = seen[0]["structured_outputs"]["json"]
+    assert schema["properties"]["name"] == {"const": "calculator"}
+    assert call["generation_token_ids"] == prefix + doc + suffix + [eos]
+    assert call["generation_log_probs"] == [0.0] * len(prefix) + [-0.5] * len(doc) + [0.0] * (len(suffix) + 1)

@@ -190,6 +190,11 @@ def _prepare(service: Any, body: Any, training: bool | None, session: str | None
         responses_body["tool_choice"] = req.tool_choice
     elif isinstance(req.tool_choice, dict) and isinstance(req.tool_choice.get("function"), dict):
         responses_body["tool_choice"] = {"type": "function", "name": req.tool_choice["function"].get("name")}
+    elif req.tool_choice is not None:
+        raise unsupported(
+            "tool_choice",
+            'accepted: "auto", "none", "required" or {"type": "function", "function": {"name": <a declared tool>}}',
+        )
     max_tokens = req.max_completion_tokens or req.max_tokens
     for key, value in (
         ("temperature", req.temperature),
@@ -293,7 +298,7 @@ async def _chunks(service: Any, req: ChatRequest, call: Call, pieces: AsyncItera
 
     for i in range(call.n):
         yield chunk(i, {"role": "assistant", "content": ""})
-    gates = [PlainTextGate() for _ in range(call.n)]
+    gates = [PlainTextGate(call.tags) for _ in range(call.n)]
     done: list[Choice] = []
     try:
         async for i, piece in pieces:

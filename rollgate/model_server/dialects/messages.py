@@ -161,13 +161,8 @@ def _prepare(service: Any, body: Any, training: bool | None, session: str | None
             {"type": "function", "name": t.name, "description": t.description, "parameters": t.input_schema}
             for t in req.tools
         ]
-    choice = (req.tool_choice or {}).get("type")
-    if choice in ("auto", "none"):
-        responses_body["tool_choice"] = choice
-    elif choice == "any":
-        responses_body["tool_choice"] = "required"
-    elif choice == "tool":
-        responses_body["tool_choice"] = {"type": "function", "name": req.tool_choice.get("name")}  # type: ignore[union-attr]
+    if req.tool_choice is not None:
+        responses_body["tool_choice"] = _tool_choice(req.tool_choice)
     if req.temperature is not None:
         responses_body["temperature"] = req.temperature
     if req.top_p is not None:
@@ -181,6 +176,22 @@ def _prepare(service: Any, body: Any, training: bool | None, session: str | None
         responses_body["metadata"] = meta
     call = service.prepare(responses_body, training=training, session=session, api=API, stop=stops, output_format=fmt)
     return req, call
+
+
+def _tool_choice(raw: dict[str, Any]) -> Any:
+    """Messages' tool_choice as the Responses one (the service enforces it)."""
+    kind = raw.get("type")
+    if kind in ("auto", "none"):
+        return kind
+    if kind == "any":
+        return "required"
+    if kind == "tool":
+        return {"type": "function", "name": raw.get("name")}
+    raise unsupported(
+        "tool_choice",
+        f'unsupported type {kind!r}; accepted: {{"type": "auto"}}, {{"type": "any"}}, {{"type": "none"}} or '
+        '{"type": "tool", "name": <a declared tool>}',
+    )
 
 
 def _stop_reason(choice: Choice) -> str:
@@ -251,7 +262,7 @@ async def stream(
 async def _events(req: MessagesRequest, call: Call, pieces: AsyncIterator[tuple[int, Any]]):
     message_id = new_id("msg")
     yield sse_event("message_start", {"type": "message_start", "message": _message(req, call, None, message_id)})
-    gate = PlainTextGate()
+    gate = PlainTextGate(call.tags)
     index = 0  # next content block
     text_open = False
     try:
