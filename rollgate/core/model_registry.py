@@ -158,7 +158,7 @@ def check_tool_call_format(value: str) -> str:
 def check_reasoning_format(value: str | None) -> str | None:
     if value is not None and value not in REASONING_FORMATS:
         raise ValueError(
-            f"reasoning format {value!r} is not known; accepted: {', '.join(sorted(REASONING_FORMATS))} or null (none)"
+            f"reasoning format {value!r} is not known; accepted: {', '.join(sorted(REASONING_FORMATS))} or null (think)"
         )
     return value
 

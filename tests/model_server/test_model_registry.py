@@ -93,9 +93,9 @@ def test_unknown_model_name_lists_the_known_ones(tmp_path, monkeypatch, capsys):
 def test_model_settings_refuse_unknown_formats_naming_the_accepted_ones():
     with pytest.raises(ValidationError, match=r"model.tool_call_format[\s\S]*accepted: hermes"):
         Settings.model_validate({"model": {"tool_call_format": "xml"}})
-    with pytest.raises(ValidationError, match=r"model.reasoning_format[\s\S]*accepted: think"):
+    with pytest.raises(ValidationError, match=r"model.reasoning_format[\s\S]*accepted: none, think"):
         Settings.model_validate({"model": {"reasoning_format": "r1"}})
-    with pytest.raises(ValidationError, match=r"model.chat_template[\s\S]*accepted: tiny, builtin"):
+    with pytest.raises(ValidationError, match=r"model.chat_template[\s\S]*accepted: chatml, tiny, builtin"):
         Settings.model_validate({"model": {"chat_template": "chatml3"}})
     m = Settings.model_validate({"model": {"chat_template": "builtin", "reasoning_format": "think"}}).model
     assert m.chat_template is None and m.reasoning_format == "think" and m.tool_call_format == "hermes"
@@ -270,3 +270,18 @@ def test_commands_refuse_an_unknown_model_before_starting(command, tmp_path, mon
     assert "--model smollm3" in text or "smollm3" in text
     assert "known models: smollm2-135m-instruct, tiny" in text
     assert not (tmp_path / "models").exists()
+
+
+def test_the_registry_names_exactly_the_formats_and_templates_the_model_server_implements():
+    from rollgate.core import model_registry
+    from rollgate.model_server.output import REASONING_FORMATS
+    from rollgate.model_server.templates import resolve_chat_template
+    from rollgate.model_server.toolcalls import TOOL_CALL_FORMATS
+
+    assert set(model_registry.TOOL_CALL_FORMATS) == set(TOOL_CALL_FORMATS)
+    assert set(model_registry.REASONING_FORMATS) == set(REASONING_FORMATS)
+    for name in model_registry.CHAT_TEMPLATES:
+        assert "{%" in resolve_chat_template(name)
+    for entry in model_registry.MODELS.values():
+        assert entry.tool_call_format in TOOL_CALL_FORMATS
+        assert entry.reasoning_format is None or entry.reasoning_format in REASONING_FORMATS
