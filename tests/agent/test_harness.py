@@ -38,12 +38,29 @@ HARNESS = textwrap.dedent(
     import httpx
 
     note, mode = sys.argv[1], sys.argv[2]
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) if mode == "sleep" else None
-    with open(note, "w") as f:
-        json.dump({"pid": os.getpid(), "child": child.pid if child else None, "cwd": os.getcwd(),
-                   "session": os.environ["ROLLGATE_SESSION_ID"], "episode": os.environ["ROLLGATE_EPISODE"],
-                   "home": os.environ["HOME"]}, f)
-    if mode == "sleep":
+    sleeps = mode.endswith("sleep")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) if sleeps else None
+    daemons = []
+    if mode.startswith("daemons"):  # leave the session as mini-swe-agent's commands do, and daemonize
+        out = subprocess.run(["sh", "-c", "setsid nohup sleep 300 >/dev/null 2>&1 & echo $!"],
+                             start_new_session=True, capture_output=True, text=True)
+        daemons.append(int(out.stdout))
+        r, w = os.pipe()
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.write(w, str(os.getpid()).encode())
+                os.close(w)
+                time.sleep(300)
+            os._exit(0)
+        os.close(w)
+        daemons.append(int(os.read(r, 32)))
+    with open(note + ".tmp", "w") as f:
+        json.dump({"pid": os.getpid(), "child": child.pid if child else None, "daemons": daemons,
+                   "cwd": os.getcwd(), "session": os.environ["ROLLGATE_SESSION_ID"],
+                   "episode": os.environ["ROLLGATE_EPISODE"], "home": os.environ["HOME"]}, f)
+    os.rename(note + ".tmp", note)
+    if sleeps:
         time.sleep(120)
     tools = [{"type": "function", "function": {"name": t["name"], "description": t.get("description", ""),
                                                "parameters": t["parameters"]}}
@@ -96,6 +113,8 @@ def stack(tiny_model_dir, harness_dir):
         entry("one-call", h, note, "chat", max_calls=1, timeout_s=60),
         entry("sleeper", h, note, "sleep", timeout_s=1.5),
         entry("long-sleeper", h, note, "sleep", timeout_s=120),
+        entry("daemons", h, note, "daemons", max_calls=6, timeout_s=60),
+        entry("daemons-sleeper", h, note, "daemons-sleep", timeout_s=120),
         entry("quits", harness_dir / "quits.py"),
         entry("floods", harness_dir / "floods.py", flood_bytes=1024 * 1024, timeout_s=60),
         {"name": "missing", "kind": "harness", "command": ["rollgate-test-no-such-harness", "{prompt}"]},
@@ -131,7 +150,8 @@ def note_of(harness_dir: Path, traj: Trajectory) -> dict:
 
 def left_behind(client: httpx.Client, app, note: dict) -> list[str]:
     """What an episode left behind: processes, its directory, its sessions."""
-    left = [f"process {pid}" for pid in filter(None, (note["pid"], note["child"])) if not process_gone(pid)]
+    pids = [note["pid"], note["child"], *note["daemons"]]
+    left = [f"process {pid}" for pid in filter(None, pids) if not process_gone(pid)]
     if Path(note["cwd"]).exists():
         left.append("the episode's directory")
     if client.post(f"/envs/math/sessions/{note['session']}/verify", json={"response": "x"}).status_code != 404:
@@ -183,10 +203,21 @@ def test_the_wall_clock_kills_the_whole_process_group(stack, harness_dir):
     assert_nothing_left(client, app, note)  # the harness and the child it started are gone
 
 
-def test_cancelling_the_job_kills_the_harness_and_cleans_up(stack, harness_dir):
+def test_daemons_a_harness_started_end_with_its_episode(stack, harness_dir):
+    client, app = stack
+    [record] = run_job(client, "daemons")
+    traj = Trajectory.model_validate(record)
+    assert traj.outcome is Outcome.completed, traj.error
+    note = note_of(harness_dir, traj)
+    assert len(note["daemons"]) == 2  # a `setsid nohup ... &` child and a double-forked daemon
+    assert_nothing_left(client, app, note)
+
+
+@pytest.mark.parametrize("agent", ["long-sleeper", "daemons-sleeper"])
+def test_cancelling_the_job_kills_the_harness_and_cleans_up(stack, harness_dir, agent):
     client, app = stack
     before = set(harness_dir.glob("note-*.json"))
-    job = client.post("/v1/rollouts", json={"tasks": example_rows("math", 1), "agent": "long-sleeper"}).json()["job_id"]
+    job = client.post("/v1/rollouts", json={"tasks": example_rows("math", 1), "agent": agent}).json()["job_id"]
     deadline = time.monotonic() + 60
     while not set(harness_dir.glob("note-*.json")) - before and time.monotonic() < deadline:
         time.sleep(0.05)
