@@ -13,13 +13,15 @@ import pytest
 
 pytest.importorskip("mcp", reason='MCP tests need the optional extra "interop" (pip install -e ".[interop]")')
 
-from rollgate.core.errors import BadRequest  # noqa: E402
+from rollgate.core.errors import BadRequest, UpstreamError  # noqa: E402
 from rollgate.core.rows import parse_row  # noqa: E402
 from rollgate.core.schemas import Outcome, VerifyResult  # noqa: E402
 from rollgate.core.settings import EnvEntry, Settings  # noqa: E402
 from rollgate.resources_servers.external import spec_from_entry  # noqa: E402
 from rollgate.resources_servers.registry import EnvRegistry  # noqa: E402
 from rollgate.stack.parts import local_stack  # noqa: E402
+from tests.conftest import free_port  # noqa: E402
+from tests.gateway.rows import example_rows  # noqa: E402
 
 SERVER = str(Path(__file__).with_name("counter_mcp_server.py"))
 ENTRY = {
@@ -100,3 +102,37 @@ async def test_a_configured_mcp_environment_plays_through_the_embedded_stack(tin
         assert outputs[0] == "total=4" and "seed_session" in outputs[1]
     finally:
         await stack.aclose()  # closes the environment's MCP connections too
+
+
+def test_a_stdio_server_started_from_elsewhere_names_its_stderr_and_the_cwd_option(tmp_path):
+    """`python -m server` from another directory exits at once: the error quotes the server's own
+    words and names the `cwd` / `env` options; with `cwd` set the same entry builds."""
+    (tmp_path / "rg_counter_srv.py").write_text(Path(SERVER).read_text())
+    entry = {**ENTRY, "name": "counter_elsewhere", "command": [sys.executable, "-m", "rg_counter_srv", "stdio"]}
+    with pytest.raises(UpstreamError) as err:
+        spec_from_entry(entry).build()
+    message = err.value.message
+    assert "did not list its tools" in message and "No module named rg_counter_srv" in message
+    assert "`cwd`" in message and "`env`" in message and "PYTHONPATH" in message
+    env = spec_from_entry({**entry, "cwd": str(tmp_path)}).build()
+    assert {t["name"] for t in env.tool_schemas()} >= {"add", "read_total"}
+
+
+async def test_an_environment_that_failed_to_start_ends_its_rows_naming_the_cause(tiny_model_dir):
+    """An OpenEnv server that is down at start-up: the other environments run, and each row of the
+    broken one is a failure record saying it failed to start and why (not "unknown environment")."""
+    url = f"http://127.0.0.1:{free_port()}"
+    down = {"name": "oe_down", "kind": "openenv", "url": url, "connect_timeout_s": 2}
+    settings = Settings(envs=["math", down], model={"backend": "scripted", "model_path": tiny_model_dir})
+    stack = local_stack(settings)
+    try:
+        assert set(stack.runtimes) == {"math", "oe_down"}
+        row = {"responses_create_params": {"input": "play"}, "env": "oe_down"}
+        traj = await stack.agent.run(parse_row(row, known_envs=stack.agent.envs))
+        assert traj.outcome is Outcome.env_error and traj.reward is None
+        assert "environment 'oe_down' failed to start" in traj.error.message
+        assert f"OpenEnv server {url} cannot be reached" in traj.error.message
+        ok = await stack.agent.run(parse_row(example_rows("math", 1)[0], known_envs=stack.agent.envs))
+        assert ok.outcome is Outcome.completed, ok.error
+    finally:
+        await stack.aclose()
