@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from rollgate.core import jsonutil
 from rollgate.core.schemas import ErrorKind, Outcome, Trajectory
@@ -28,7 +29,7 @@ from rollgate.core.settings import Settings
 from rollgate.core.tokens import segments
 from tests.agent.harness_checks import process_gone
 from tests.conftest import free_port
-from tests.gateway.rows import example_rows
+from tests.gateway.rows import REPO, example_rows
 
 # A harness: chat with the model, run its tool calls over MCP, print the last answer. It leaves
 # a note of its pid, working directory and sessions, and may start a child or sleep on request.
@@ -85,6 +86,33 @@ HARNESS = textwrap.dedent(
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": text})
     """
 )
+# Stands in for mini-swe-agent's `mini` CLI (not installed in the default tier: 709 MB with litellm)
+# as docs/agents.md runs it: one model call at the api_base of its `-c` override, then the submit
+# command run in a session of its own, and the submission written to the `-o` trajectory file.
+FAKE_MINI = textwrap.dedent(
+    """
+    import json, os, subprocess, sys
+    import httpx
+
+    args = sys.argv[1:]
+    value = lambda flag: args[args.index(flag) + 1]
+    base = next(a.split("=", 1)[1] for a in args if a.startswith("model.model_kwargs.api_base="))
+    assert value("-c") == "mini.yaml" and "-y" in args and "--exit-immediately" in args
+    print("Loading agent config from 'mini.yaml'")
+    body = {"model": value("-m").removeprefix("openai/"), "max_tokens": 16,
+            "messages": [{"role": "user", "content": value("-t")}]}
+    auth = {"authorization": "Bearer " + os.environ["OPENAI_API_KEY"]}
+    httpx.post(base + "/chat/completions", json=body, headers=auth, timeout=60).raise_for_status()
+    answer = os.environ.get("FAKE_MINI_ANSWER", "42")
+    out = subprocess.run(["sh", "-c", f"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo {answer}"],
+                         capture_output=True, text=True, start_new_session=True).stdout
+    lines = out.splitlines(keepends=True)
+    assert lines[0].strip() == "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+    with open(value("-o"), "w") as f:
+        json.dump({"info": {"exit_status": "Submitted", "submission": "".join(lines[1:])}, "messages": []}, f)
+    print("Saved trajectory to", value("-o"))
+    """
+)
 QUITS = "import sys\nsys.stderr.write('usage: quits --model M\\nquits: error: unknown flag --x\\n')\nsys.exit(3)\n"
 FLOODS = "import sys\nsys.stderr.write('starting\\n')\nwhile True:\n    sys.stderr.write('x' * 65536)\n"
 
@@ -94,7 +122,20 @@ def harness_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("harnesses")
     for name, code in (("harness.py", HARNESS), ("quits.py", QUITS), ("floods.py", FLOODS)):
         (d / name).write_text(code)
+    mini = d / "mini"
+    mini.write_text(f"#!{sys.executable}\n{FAKE_MINI}")
+    mini.chmod(0o755)
     return d
+
+
+def docs_mini_entry(mini: Path) -> dict:
+    """docs/agents.md's mini-swe-agent entry, as written there, with `mini` pointing at the fake."""
+    text = (REPO / "docs" / "agents.md").read_text()
+    section = text[text.index("### Example: mini-swe-agent") :]
+    block = section[section.index("```yaml") + len("```yaml") : section.index("```", section.index("```yaml") + 7)]
+    [entry] = yaml.safe_load(block)["agents"]
+    entry["env"]["MINI"] = str(mini)
+    return entry
 
 
 def entry(name: str, script: Path, *args: str, **options) -> dict:
@@ -118,7 +159,10 @@ def stack(tiny_model_dir, harness_dir):
         entry("quits", harness_dir / "quits.py"),
         entry("floods", harness_dir / "floods.py", flood_bytes=1024 * 1024, timeout_s=60),
         {"name": "missing", "kind": "harness", "command": ["rollgate-test-no-such-harness", "{prompt}"]},
+        docs_mini_entry(harness_dir / "mini"),
+        {**docs_mini_entry(harness_dir / "mini"), "name": "mini-wrong"},
     ]
+    agents[-1]["env"]["FAKE_MINI_ANSWER"] = "41"
     port = free_port()
     settings = Settings(
         model={"backend": "scripted", "model_path": tiny_model_dir},
@@ -201,6 +245,19 @@ def test_the_wall_clock_kills_the_whole_process_group(stack, harness_dir):
     note = note_of(harness_dir, traj)
     assert note["child"] is not None
     assert_nothing_left(client, app, note)  # the harness and the child it started are gone
+
+
+@pytest.mark.parametrize(("agent", "reward"), [("mini", 1.0), ("mini-wrong", 0.0)])
+def test_the_documented_mini_swe_agent_entry_hands_its_submission_to_the_verifier(stack, agent, reward):
+    client, _ = stack
+    row = {"responses_create_params": {"input": "What is 6*7?"}, "env": "math", "expected_answer": "42"}
+    resp = client.post("/v1/rollouts", json={"tasks": [row], "agent": agent})
+    assert resp.status_code == 201, resp.text
+    lines = client.get(f"/v1/rollouts/{resp.json()['job_id']}/results", params={"wait": "true"}).iter_lines()
+    [record] = [r["record"] for r in map(jsonutil.loads, lines) if "record" in r]
+    traj = Trajectory.model_validate(record)
+    assert traj.outcome is Outcome.completed, traj.error
+    assert traj.metrics["model_calls"] == 1 and traj.reward == reward  # the submission, not the last message
 
 
 def test_daemons_a_harness_started_end_with_its_episode(stack, harness_dir):
