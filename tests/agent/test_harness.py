@@ -286,6 +286,31 @@ def test_cancelling_the_job_kills_the_harness_and_cleans_up(stack, harness_dir, 
     assert_nothing_left(client, app, note)
 
 
+def test_a_cancelled_episode_stops_its_harness_and_daemons_within_a_second(stack, harness_dir):
+    """From the episode's cancel event (what the worker sets when it learns of a cancelled job) to
+    nothing of the harness alive, a `setsid nohup` child and a double-forked daemon included."""
+    client, app = stack
+    before = set(harness_dir.glob("note-*.json"))
+    job = client.post("/v1/rollouts", json={"tasks": example_rows("math", 1), "agent": "daemons-sleeper"})
+    deadline = time.monotonic() + 60
+    while not set(harness_dir.glob("note-*.json")) - before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    [path] = set(harness_dir.glob("note-*.json")) - before
+    note = json.loads(path.read_text())
+    [(_, cancel, task)] = app.state.worker._inflight.values()  # noqa: SLF001 - the episode's own event
+    started = time.monotonic()
+    task.get_loop().call_soon_threadsafe(cancel.set)
+    pids = [note["pid"], note["child"], *note["daemons"]]
+    while any(not process_gone(p) for p in pids) and time.monotonic() - started < 10:
+        time.sleep(0.01)
+    took = time.monotonic() - started
+    assert [p for p in pids if not process_gone(p)] == [] and took < 1.0, f"{took:.2f}s"
+    lines = client.get(f"/v1/rollouts/{job.json()['job_id']}/results", params={"wait": "true"}).iter_lines()
+    [record] = [r["record"] for r in map(jsonutil.loads, lines) if "record" in r]
+    assert Trajectory.model_validate(record).outcome is Outcome.cancelled
+    assert_nothing_left(client, app, note)
+
+
 @pytest.mark.parametrize(
     ("agent", "kind", "says"),
     [
