@@ -136,3 +136,26 @@ async def test_an_environment_that_failed_to_start_ends_its_rows_naming_the_caus
         assert ok.outcome is Outcome.completed, ok.error
     finally:
         await stack.aclose()
+
+
+def test_a_resources_service_serves_the_rest_when_one_environment_fails_to_start():
+    """A service of several environments (role resources, `--env math,oe_down`): the broken one's
+    seed is a 502 naming why it failed to start; the others serve; all broken is a start-up error."""
+    import httpx
+
+    from rollgate.core.serving import serve_in_thread
+    from rollgate.resources_servers.server import build_app
+
+    url = f"http://127.0.0.1:{free_port()}"
+    down = {"name": "oe_down", "kind": "openenv", "url": url, "connect_timeout_s": 2}
+    settings = Settings(envs=["math", down])
+    app = build_app(settings, "math,oe_down")
+    with serve_in_thread(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+        resp = client.post("/envs/oe_down/sessions", json={"responses_create_params": {"input": "play"}})
+        assert resp.status_code == 502
+        message = resp.json()["error"]["message"]
+        assert "environment 'oe_down' failed to start" in message and f"OpenEnv server {url}" in message
+        row = example_rows("math", 1)[0]
+        assert client.post("/envs/math/sessions", json=row).status_code in (200, 201)
+    with pytest.raises(RuntimeError, match="none of the environments"):
+        build_app(Settings(envs=[down, {**down, "name": "oe_down2"}]), "oe_down,oe_down2")
