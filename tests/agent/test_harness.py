@@ -36,7 +36,6 @@ from tests.gateway.rows import REPO, example_rows
 HARNESS = textwrap.dedent(
     """
     import json, os, subprocess, sys, time
-    import httpx
 
     note, mode = sys.argv[1], sys.argv[2]
     sleeps = mode.endswith("sleep")
@@ -63,6 +62,7 @@ HARNESS = textwrap.dedent(
     os.rename(note + ".tmp", note)
     if sleeps:
         time.sleep(120)
+    import httpx  # after the note: a loaded machine takes a while to import it
     tools = [{"type": "function", "function": {"name": t["name"], "description": t.get("description", ""),
                                                "parameters": t["parameters"]}}
              for t in json.loads(os.environ["ROLLGATE_TOOLS"])]
@@ -152,7 +152,7 @@ def stack(tiny_model_dir, harness_dir):
     agents = [
         entry("tiny", h, note, "chat", max_calls=6, timeout_s=60, answer="stdout", answer_pattern=r"^ANSWER: (.*)$"),
         entry("one-call", h, note, "chat", max_calls=1, timeout_s=60),
-        entry("sleeper", h, note, "sleep", timeout_s=1.5),
+        entry("sleeper", h, note, "sleep", timeout_s=3),  # room to start and note its pids on a loaded machine
         entry("long-sleeper", h, note, "sleep", timeout_s=120),
         entry("daemons", h, note, "daemons", max_calls=6, timeout_s=60),
         entry("daemons-sleeper", h, note, "daemons-sleep", timeout_s=120),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 import textwrap
 import time
@@ -130,6 +131,26 @@ def test_an_abandoned_harness_stops_by_itself_within_a_second(harness, tmp_path)
         took = time.monotonic() - started
         assert alive(pids) == [] and took < 1.0, f"{alive(pids)} after {took:.2f}s"
         assert await asyncio.wait_for(proc.proc.wait(), 5.0) == -9  # it ignored SIGTERM: SIGKILL, mirrored
+
+    asyncio.run(main())
+
+
+def test_a_starved_reaper_still_gets_the_harness_killed_within_a_second_and_collects_the_rest(harness, tmp_path):
+    """The reaper cannot run (SIGSTOP stands in for a starved machine): the harness's own group is
+    SIGKILLed at 0.8 s; what left that group waits for the reaper, which collects it once it runs."""
+
+    async def main():
+        proc = process(harness, tmp_path, "stubborn")
+        await proc.start()
+        pids = await pids_noted(tmp_path)
+        assert proc.harness_pid == pids["harness"]
+        os.kill(proc.pid, signal.SIGSTOP)
+        finishing = asyncio.ensure_future(proc.finish())
+        await asyncio.sleep(1.0)
+        assert alive(pids) == [f"daemon ({pids['daemon']})", f"nohup ({pids['nohup']})"]  # the harness is gone
+        os.kill(proc.pid, signal.SIGCONT)
+        await asyncio.wait_for(finishing, 5.0)
+        assert alive(pids) == []
 
     asyncio.run(main())
 

@@ -5,8 +5,8 @@ bounded buffers.
 The episode supervises it (rollgate.agent_server.harness.agent): it waits for the process, an
 output flood, or its own events, and checks budgets in between. `finish()` stops whatever still
 runs: SIGTERM to the reaper, which passes it on to every descendant and SIGKILLs them after a short
-grace; SIGKILL to its process group if the reaper itself does not end in time. When the reaper
-has exited, nothing the harness started is alive."""
+grace; SIGKILL to the harness's process group if the reaper is slow to end. When the reaper has
+exited, nothing the harness started is alive."""
 
 from __future__ import annotations
 
@@ -25,9 +25,13 @@ log = logging.getLogger("rollgate.agent.harness")
 _CHUNK = 64 * 1024
 _REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
 # A cancel stops a harness within a second: its descendants get SIGTERM and TERM_GRACE_S to end,
-# then SIGKILL; the reaper gets KILL_AFTER_S in all before its own process group is SIGKILLed.
+# then SIGKILL from the reaper. Should the reaper be slow (a starved machine), the harness's own
+# process group is SIGKILLed at KILL_AFTER_S while the reaper goes on collecting the processes that
+# left it; the reaper itself is SIGKILLed only if it is stuck for REAPER_STUCK_S more (then a
+# process that left the group could escape: logged as an error).
 TERM_GRACE_S = 0.3
 KILL_AFTER_S = 0.8
+REAPER_STUCK_S = 10.0
 
 
 class Output:
@@ -97,6 +101,7 @@ class HarnessProcess:
         self._exit: asyncio.Task | None = None
         self._started = 0.0
         self._finished = False
+        self.harness_pid = 0  # the harness itself (the reaper's child), leader of its process group
 
     async def start(self) -> None:
         """Raises FileNotFoundError / PermissionError when the program cannot be run (an OSError
@@ -130,13 +135,15 @@ class HarnessProcess:
         status = await _read_all(status_r)
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self._exit = asyncio.ensure_future(self.proc.wait())
-        if status != b"0":  # the exec failed (the reaper has exited) or the reaper could not start
+        ok, _, pid = status.partition(b" ")
+        if ok != b"0" or not pid.isdigit():  # the exec failed (the reaper has exited), or no reaper
             await self._exit
             code = int(status) if status.isdigit() else 0
             if code:
                 raise OSError(code, os.strerror(code))  # FileNotFoundError for ENOENT, ...
             why = (await self.proc.stderr.read()).decode(errors="replace").strip().splitlines()[-1:]
             raise ChildProcessError(f"its reaper did not start (exit status {self.proc.returncode}): {why}")
+        self.harness_pid = int(pid)
         self._readers = [
             asyncio.ensure_future(self._drain(self.proc.stdout, self.stdout)),
             asyncio.ensure_future(self._drain(self.proc.stderr, self.stderr)),
@@ -177,15 +184,20 @@ class HarnessProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, signal.SIGTERM)
 
-    def _kill_group(self) -> None:
-        """The fallback when the reaper did not end: SIGKILL its group (the reaper and the harness,
-        unless the harness left the group). The group's id is not reused while any member lives."""
-        if self.proc is not None and self.proc.returncode is None:
-            log.warning(
-                "the reaper of harness pid %d did not end in %.1fs: SIGKILL to its group", self.pid, KILL_AFTER_S
-            )
+    def _kill_harness(self) -> None:
+        """The reaper is slow: SIGKILL the harness's own process group now (the reaper, outside
+        it, still collects what left it). Its id is not reused while the reaper has not reaped
+        the harness, nor while any member lives."""
+        if self.proc is not None and self.proc.returncode is None and self.harness_pid:
+            log.warning("harness %d runs %.1fs after a stop: SIGKILL to its group", self.harness_pid, KILL_AFTER_S)
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(self.harness_pid, signal.SIGKILL)
+
+    def _kill_reaper(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            log.error("harness reaper %d is stuck: SIGKILL; what left the harness's group may live on", self.pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGKILL)
 
     async def finish(self, grace_s: float = 2.0) -> ProcessResult:
         """Stop whatever still runs (within KILL_AFTER_S), reap the reaper, collect the output."""
@@ -193,12 +205,14 @@ class HarnessProcess:
         if not self._finished:
             self._finished = True
             self._terminate()
-            try:
-                await asyncio.wait_for(asyncio.shield(self._exit), timeout=KILL_AFTER_S)
-            except TimeoutError:
-                self._kill_group()
-                with contextlib.suppress(TimeoutError):  # only a kernel problem outlives SIGKILL that long
-                    await asyncio.wait_for(asyncio.shield(self._exit), timeout=10.0)
+            for escalate, after_s in ((self._kill_harness, KILL_AFTER_S), (self._kill_reaper, REAPER_STUCK_S)):
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._exit), timeout=after_s)
+                    break
+                except TimeoutError:
+                    escalate()
+            with contextlib.suppress(TimeoutError):  # only a kernel problem outlives SIGKILL that long
+                await asyncio.wait_for(asyncio.shield(self._exit), timeout=10.0)
         _, pending = await asyncio.wait(self._readers, timeout=grace_s)
         for task in pending:  # only a process that escaped the reaper still holds a pipe
             task.cancel()
@@ -220,13 +234,15 @@ class HarnessProcess:
 
     def abandon(self) -> None:
         """On the way out of a failed or cancelled episode (no await): SIGTERM to the reaper, which
-        stops the rest by itself, and SIGKILL to its group later if it has not; stop reading.
-        Nothing to do after finish()."""
+        stops the rest by itself, and the same escalation as finish() later if it has not; stop
+        reading. Nothing to do after finish()."""
         if not self._finished:
             self._finished = True
             self._terminate()
             if self.proc is not None and self.proc.returncode is None:
-                asyncio.get_running_loop().call_later(KILL_AFTER_S, self._kill_group)
+                loop = asyncio.get_running_loop()
+                loop.call_later(KILL_AFTER_S, self._kill_harness)
+                loop.call_later(KILL_AFTER_S + REAPER_STUCK_S, self._kill_reaper)
         for task in (*self._readers, *([self._exit] if self._exit is not None else [])):
             if not task.done():
                 task.cancel()

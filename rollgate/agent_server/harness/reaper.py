@@ -7,8 +7,9 @@ orphaned, becomes its child, also after `setsid`, `nohup ... &` or a double fork
 harness" is then a walk over /proc for this process's descendants, repeated until it has no
 child left: no privilege, cgroup or namespace needed, so it works in containers too.
 
-- After the exec the harness runs as this process's child; STATUS_FD gets `0` or the errno of a
-  failed exec (ENOENT: not found), then it is closed.
+- After the exec the harness runs as this process's child, leading a process group of its own
+  (Rollgate SIGKILLs that group should this process be slow to stop it); STATUS_FD gets
+  `0 <harness pid>` or the errno of a failed exec (ENOENT: not found), then it is closed.
 - When the harness exits, whatever it left running is SIGKILLed and reaped; then this process ends
   the way the harness ended (its exit code, or the same signal).
 - On SIGTERM, SIGINT or SIGHUP (a cancel, or Rollgate's process dying: PR_SET_PDEATHSIG), every
@@ -123,6 +124,7 @@ class Reaper:
                 for sig in (*_STOP_SIGNALS, signal.SIGPIPE, signal.SIGXFSZ):
                     signal.signal(sig, signal.SIG_DFL)  # Python ignores SIGPIPE; exec would keep that
                 signal.pthread_sigmask(signal.SIG_SETMASK, set())
+                os.setpgid(0, 0)
                 os.execvp(argv[0], argv)
             except OSError as exc:
                 os.write(w, str(exc.errno or errno.ENOEXEC).encode())
@@ -133,7 +135,7 @@ class Reaper:
         while chunk := os.read(r, 64):
             failed += chunk
         os.close(r)
-        os.write(status_fd, failed or b"0")
+        os.write(status_fd, failed or f"0 {self.main}".encode())
         os.close(status_fd)
         if failed:
             self._reap(0)
