@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from pydantic import BaseModel
 
+from rollgate.core.errors import UpstreamError
 from rollgate.core.settings import Settings
 from rollgate.jobs.redis_loss import persistence_problem
 
@@ -253,6 +254,13 @@ def check_env_local(env: str) -> CheckResult:
     try:
         loaded = load_env(env)
         tools = loaded.tool_schemas()
+    except UpstreamError as exc:  # a configured environment's server: Rollgate's install is fine
+        return fail(
+            name,
+            f"cannot load in-process: {describe_error(exc)}",
+            "start or fix the environment's server; an MCP stdio server may need the entry's `cwd` and "
+            "`env` (docs/interop.md)",
+        )
     except Exception as exc:  # an environment's import or constructor failing is exactly what we report
         return fail(
             name,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, FastAPI
 
 from rollgate.core.app import make_app
@@ -11,7 +13,10 @@ from rollgate.core.session_store import MemorySessionStore, RedisSessionStore, S
 from rollgate.core.settings import Settings
 from rollgate.resources_servers.app import create_resources_app, env_router, nemo_gym_router
 from rollgate.resources_servers.base import EnvRuntime
+from rollgate.resources_servers.failed import failed_runtime
 from rollgate.resources_servers.registry import configure_envs, load_env, resolve_envs
+
+log = logging.getLogger("rollgate.resources")
 
 
 def make_store(settings: Settings, env_name: str) -> SessionStore:
@@ -80,7 +85,17 @@ def build_multi_app(settings: Settings, names: list[str], *, title: str) -> Fast
     """One resources service for several environments, each under /envs/<name> (the gateway's
     paths), so a family of a hundred datasets is one process, not a hundred."""
     metrics = Metrics()
-    runtimes = {name: make_runtime(settings, name, metrics) for name in names}
+    runtimes: dict[str, EnvRuntime] = {}
+    failed: list[str] = []
+    for name in names:
+        try:
+            runtimes[name] = make_runtime(settings, name, metrics)
+        except Exception as exc:  # one broken environment of a family must not take the others down
+            log.error("environment %s failed to start: %s: %s", name, type(exc).__name__, exc)
+            runtimes[name] = failed_runtime(name, exc)  # its sessions answer 502 naming the cause
+            failed.append(f"{name}: {type(exc).__name__}: {exc}")
+    if len(failed) == len(names):
+        raise RuntimeError(f"none of the environments of {title} started: {'; '.join(failed[:3])}")
     app = make_app(f"Rollgate resources server: {title}", component="resources", registry=metrics.registry)
     for name, runtime in runtimes.items():
         router = APIRouter(prefix=f"/envs/{name}")

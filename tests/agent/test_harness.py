@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from rollgate.core import jsonutil
 from rollgate.core.schemas import ErrorKind, Outcome, Trajectory
@@ -28,23 +29,40 @@ from rollgate.core.settings import Settings
 from rollgate.core.tokens import segments
 from tests.agent.harness_checks import process_gone
 from tests.conftest import free_port
-from tests.gateway.rows import example_rows
+from tests.gateway.rows import REPO, example_rows
 
 # A harness: chat with the model, run its tool calls over MCP, print the last answer. It leaves
 # a note of its pid, working directory and sessions, and may start a child or sleep on request.
 HARNESS = textwrap.dedent(
     """
     import json, os, subprocess, sys, time
-    import httpx
 
     note, mode = sys.argv[1], sys.argv[2]
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) if mode == "sleep" else None
-    with open(note, "w") as f:
-        json.dump({"pid": os.getpid(), "child": child.pid if child else None, "cwd": os.getcwd(),
-                   "session": os.environ["ROLLGATE_SESSION_ID"], "episode": os.environ["ROLLGATE_EPISODE"],
-                   "home": os.environ["HOME"]}, f)
-    if mode == "sleep":
+    sleeps = mode.endswith("sleep")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) if sleeps else None
+    daemons = []
+    if mode.startswith("daemons"):  # leave the session as mini-swe-agent's commands do, and daemonize
+        out = subprocess.run(["sh", "-c", "setsid nohup sleep 300 >/dev/null 2>&1 & echo $!"],
+                             start_new_session=True, capture_output=True, text=True)
+        daemons.append(int(out.stdout))
+        r, w = os.pipe()
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.write(w, str(os.getpid()).encode())
+                os.close(w)
+                time.sleep(300)
+            os._exit(0)
+        os.close(w)
+        daemons.append(int(os.read(r, 32)))
+    with open(note + ".tmp", "w") as f:
+        json.dump({"pid": os.getpid(), "child": child.pid if child else None, "daemons": daemons,
+                   "cwd": os.getcwd(), "session": os.environ["ROLLGATE_SESSION_ID"],
+                   "episode": os.environ["ROLLGATE_EPISODE"], "home": os.environ["HOME"]}, f)
+    os.rename(note + ".tmp", note)
+    if sleeps:
         time.sleep(120)
+    import httpx  # after the note: a loaded machine takes a while to import it
     tools = [{"type": "function", "function": {"name": t["name"], "description": t.get("description", ""),
                                                "parameters": t["parameters"]}}
              for t in json.loads(os.environ["ROLLGATE_TOOLS"])]
@@ -68,6 +86,33 @@ HARNESS = textwrap.dedent(
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": text})
     """
 )
+# Stands in for mini-swe-agent's `mini` CLI (not installed in the default tier: 709 MB with litellm)
+# as docs/agents.md runs it: one model call at the api_base of its `-c` override, then the submit
+# command run in a session of its own, and the submission written to the `-o` trajectory file.
+FAKE_MINI = textwrap.dedent(
+    """
+    import json, os, subprocess, sys
+    import httpx
+
+    args = sys.argv[1:]
+    value = lambda flag: args[args.index(flag) + 1]
+    base = next(a.split("=", 1)[1] for a in args if a.startswith("model.model_kwargs.api_base="))
+    assert value("-c") == "mini.yaml" and "-y" in args and "--exit-immediately" in args
+    print("Loading agent config from 'mini.yaml'")
+    body = {"model": value("-m").removeprefix("openai/"), "max_tokens": 16,
+            "messages": [{"role": "user", "content": value("-t")}]}
+    auth = {"authorization": "Bearer " + os.environ["OPENAI_API_KEY"]}
+    httpx.post(base + "/chat/completions", json=body, headers=auth, timeout=60).raise_for_status()
+    answer = os.environ.get("FAKE_MINI_ANSWER", "42")
+    out = subprocess.run(["sh", "-c", f"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo {answer}"],
+                         capture_output=True, text=True, start_new_session=True).stdout
+    lines = out.splitlines(keepends=True)
+    assert lines[0].strip() == "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+    with open(value("-o"), "w") as f:
+        json.dump({"info": {"exit_status": "Submitted", "submission": "".join(lines[1:])}, "messages": []}, f)
+    print("Saved trajectory to", value("-o"))
+    """
+)
 QUITS = "import sys\nsys.stderr.write('usage: quits --model M\\nquits: error: unknown flag --x\\n')\nsys.exit(3)\n"
 FLOODS = "import sys\nsys.stderr.write('starting\\n')\nwhile True:\n    sys.stderr.write('x' * 65536)\n"
 
@@ -77,7 +122,20 @@ def harness_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("harnesses")
     for name, code in (("harness.py", HARNESS), ("quits.py", QUITS), ("floods.py", FLOODS)):
         (d / name).write_text(code)
+    mini = d / "mini"
+    mini.write_text(f"#!{sys.executable}\n{FAKE_MINI}")
+    mini.chmod(0o755)
     return d
+
+
+def docs_mini_entry(mini: Path) -> dict:
+    """docs/agents.md's mini-swe-agent entry, as written there, with `mini` pointing at the fake."""
+    text = (REPO / "docs" / "agents.md").read_text()
+    section = text[text.index("### Example: mini-swe-agent") :]
+    block = section[section.index("```yaml") + len("```yaml") : section.index("```", section.index("```yaml") + 7)]
+    [entry] = yaml.safe_load(block)["agents"]
+    entry["env"]["MINI"] = str(mini)
+    return entry
 
 
 def entry(name: str, script: Path, *args: str, **options) -> dict:
@@ -94,12 +152,17 @@ def stack(tiny_model_dir, harness_dir):
     agents = [
         entry("tiny", h, note, "chat", max_calls=6, timeout_s=60, answer="stdout", answer_pattern=r"^ANSWER: (.*)$"),
         entry("one-call", h, note, "chat", max_calls=1, timeout_s=60),
-        entry("sleeper", h, note, "sleep", timeout_s=1.5),
+        entry("sleeper", h, note, "sleep", timeout_s=3),  # room to start and note its pids on a loaded machine
         entry("long-sleeper", h, note, "sleep", timeout_s=120),
+        entry("daemons", h, note, "daemons", max_calls=6, timeout_s=60),
+        entry("daemons-sleeper", h, note, "daemons-sleep", timeout_s=120),
         entry("quits", harness_dir / "quits.py"),
         entry("floods", harness_dir / "floods.py", flood_bytes=1024 * 1024, timeout_s=60),
         {"name": "missing", "kind": "harness", "command": ["rollgate-test-no-such-harness", "{prompt}"]},
+        docs_mini_entry(harness_dir / "mini"),
+        {**docs_mini_entry(harness_dir / "mini"), "name": "mini-wrong"},
     ]
+    agents[-1]["env"]["FAKE_MINI_ANSWER"] = "41"
     port = free_port()
     settings = Settings(
         model={"backend": "scripted", "model_path": tiny_model_dir},
@@ -131,7 +194,8 @@ def note_of(harness_dir: Path, traj: Trajectory) -> dict:
 
 def left_behind(client: httpx.Client, app, note: dict) -> list[str]:
     """What an episode left behind: processes, its directory, its sessions."""
-    left = [f"process {pid}" for pid in filter(None, (note["pid"], note["child"])) if not process_gone(pid)]
+    pids = [note["pid"], note["child"], *note["daemons"]]
+    left = [f"process {pid}" for pid in filter(None, pids) if not process_gone(pid)]
     if Path(note["cwd"]).exists():
         left.append("the episode's directory")
     if client.post(f"/envs/math/sessions/{note['session']}/verify", json={"response": "x"}).status_code != 404:
@@ -183,10 +247,34 @@ def test_the_wall_clock_kills_the_whole_process_group(stack, harness_dir):
     assert_nothing_left(client, app, note)  # the harness and the child it started are gone
 
 
-def test_cancelling_the_job_kills_the_harness_and_cleans_up(stack, harness_dir):
+@pytest.mark.parametrize(("agent", "reward"), [("mini", 1.0), ("mini-wrong", 0.0)])
+def test_the_documented_mini_swe_agent_entry_hands_its_submission_to_the_verifier(stack, agent, reward):
+    client, _ = stack
+    row = {"responses_create_params": {"input": "What is 6*7?"}, "env": "math", "expected_answer": "42"}
+    resp = client.post("/v1/rollouts", json={"tasks": [row], "agent": agent})
+    assert resp.status_code == 201, resp.text
+    lines = client.get(f"/v1/rollouts/{resp.json()['job_id']}/results", params={"wait": "true"}).iter_lines()
+    [record] = [r["record"] for r in map(jsonutil.loads, lines) if "record" in r]
+    traj = Trajectory.model_validate(record)
+    assert traj.outcome is Outcome.completed, traj.error
+    assert traj.metrics["model_calls"] == 1 and traj.reward == reward  # the submission, not the last message
+
+
+def test_daemons_a_harness_started_end_with_its_episode(stack, harness_dir):
+    client, app = stack
+    [record] = run_job(client, "daemons")
+    traj = Trajectory.model_validate(record)
+    assert traj.outcome is Outcome.completed, traj.error
+    note = note_of(harness_dir, traj)
+    assert len(note["daemons"]) == 2  # a `setsid nohup ... &` child and a double-forked daemon
+    assert_nothing_left(client, app, note)
+
+
+@pytest.mark.parametrize("agent", ["long-sleeper", "daemons-sleeper"])
+def test_cancelling_the_job_kills_the_harness_and_cleans_up(stack, harness_dir, agent):
     client, app = stack
     before = set(harness_dir.glob("note-*.json"))
-    job = client.post("/v1/rollouts", json={"tasks": example_rows("math", 1), "agent": "long-sleeper"}).json()["job_id"]
+    job = client.post("/v1/rollouts", json={"tasks": example_rows("math", 1), "agent": agent}).json()["job_id"]
     deadline = time.monotonic() + 60
     while not set(harness_dir.glob("note-*.json")) - before and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -195,6 +283,31 @@ def test_cancelling_the_job_kills_the_harness_and_cleans_up(stack, harness_dir):
     assert client.delete(f"/v1/rollouts/{job}").json()["state"] == "cancelled"
     while left_behind(client, app, note) and time.monotonic() < deadline:  # the worker learns of it
         time.sleep(0.1)
+    assert_nothing_left(client, app, note)
+
+
+def test_a_cancelled_episode_stops_its_harness_and_daemons_within_a_second(stack, harness_dir):
+    """From the episode's cancel event (what the worker sets when it learns of a cancelled job) to
+    nothing of the harness alive, a `setsid nohup` child and a double-forked daemon included."""
+    client, app = stack
+    before = set(harness_dir.glob("note-*.json"))
+    job = client.post("/v1/rollouts", json={"tasks": example_rows("math", 1), "agent": "daemons-sleeper"})
+    deadline = time.monotonic() + 60
+    while not set(harness_dir.glob("note-*.json")) - before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    [path] = set(harness_dir.glob("note-*.json")) - before
+    note = json.loads(path.read_text())
+    [(_, cancel, task)] = app.state.worker._inflight.values()  # noqa: SLF001 - the episode's own event
+    started = time.monotonic()
+    task.get_loop().call_soon_threadsafe(cancel.set)
+    pids = [note["pid"], note["child"], *note["daemons"]]
+    while any(not process_gone(p) for p in pids) and time.monotonic() - started < 10:
+        time.sleep(0.01)
+    took = time.monotonic() - started
+    assert [p for p in pids if not process_gone(p)] == [] and took < 1.0, f"{took:.2f}s"
+    lines = client.get(f"/v1/rollouts/{job.json()['job_id']}/results", params={"wait": "true"}).iter_lines()
+    [record] = [r["record"] for r in map(jsonutil.loads, lines) if "record" in r]
+    assert Trajectory.model_validate(record).outcome is Outcome.cancelled
     assert_nothing_left(client, app, note)
 
 

@@ -168,6 +168,16 @@ class Stack:
     def inspect(self, service: str) -> dict[str, Any]:
         return json.loads(run(["docker", "inspect", self.containers()[service]]).stdout)[0]
 
+    def networks(self) -> dict[str, tuple[str, list[str]]]:
+        """service -> (its NetworkMode, the networks it is attached to), for every container of
+        this project; a host-network container is ("host", ["host"])."""
+        out = {}
+        for service, cid in self.containers().items():
+            info = json.loads(run(["docker", "inspect", cid]).stdout)[0]
+            attached = sorted((info.get("NetworkSettings") or {}).get("Networks") or {})
+            out[service] = (info["HostConfig"]["NetworkMode"], attached)
+        return out
+
     def health(self) -> dict[str, str]:
         out = {}
         for service, cid in self.containers().items():

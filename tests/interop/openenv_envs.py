@@ -132,3 +132,5 @@ class NotesEnvironment(MCPEnvironment):
 
 counter_app = create_app(FaultyCounter, CounterAction, CounterObservation, env_name="counter", max_concurrent_envs=8)
 notes_app = create_app(NotesEnvironment, CallToolAction, CallToolObservation, env_name="notes", max_concurrent_envs=8)
+# OpenEnv's default: one session at a time (the second WebSocket gets CAPACITY_REACHED)
+single_app = create_app(CounterEnvironment, CounterAction, CounterObservation, env_name="single", max_concurrent_envs=1)

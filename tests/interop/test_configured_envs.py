@@ -13,13 +13,15 @@ import pytest
 
 pytest.importorskip("mcp", reason='MCP tests need the optional extra "interop" (pip install -e ".[interop]")')
 
-from rollgate.core.errors import BadRequest  # noqa: E402
+from rollgate.core.errors import BadRequest, UpstreamError  # noqa: E402
 from rollgate.core.rows import parse_row  # noqa: E402
 from rollgate.core.schemas import Outcome, VerifyResult  # noqa: E402
 from rollgate.core.settings import EnvEntry, Settings  # noqa: E402
 from rollgate.resources_servers.external import spec_from_entry  # noqa: E402
 from rollgate.resources_servers.registry import EnvRegistry  # noqa: E402
 from rollgate.stack.parts import local_stack  # noqa: E402
+from tests.conftest import free_port  # noqa: E402
+from tests.gateway.rows import example_rows  # noqa: E402
 
 SERVER = str(Path(__file__).with_name("counter_mcp_server.py"))
 ENTRY = {
@@ -101,3 +103,60 @@ async def test_a_configured_mcp_environment_plays_through_the_embedded_stack(tin
         assert outputs == ["total=4"] and "seed_session" in traj.messages[-1]["content"][0]["text"]
     finally:
         await stack.aclose()  # closes the environment's MCP connections too
+
+
+def test_a_stdio_server_started_from_elsewhere_names_its_stderr_and_the_cwd_option(tmp_path):
+    """`python -m server` from another directory exits at once: the error quotes the server's own
+    words and names the `cwd` / `env` options; with `cwd` set the same entry builds."""
+    (tmp_path / "rg_counter_srv.py").write_text(Path(SERVER).read_text())
+    entry = {**ENTRY, "name": "counter_elsewhere", "command": [sys.executable, "-m", "rg_counter_srv", "stdio"]}
+    with pytest.raises(UpstreamError) as err:
+        spec_from_entry(entry).build()
+    message = err.value.message
+    assert "did not list its tools" in message and "No module named rg_counter_srv" in message
+    assert "`cwd`" in message and "`env`" in message and "PYTHONPATH" in message
+    env = spec_from_entry({**entry, "cwd": str(tmp_path)}).build()
+    assert {t["name"] for t in env.tool_schemas()} >= {"add", "read_total"}
+
+
+async def test_an_environment_that_failed_to_start_ends_its_rows_naming_the_cause(tiny_model_dir):
+    """An OpenEnv server that is down at start-up: the other environments run, and each row of the
+    broken one is a failure record saying it failed to start and why (not "unknown environment")."""
+    url = f"http://127.0.0.1:{free_port()}"
+    down = {"name": "oe_down", "kind": "openenv", "url": url, "connect_timeout_s": 2}
+    settings = Settings(envs=["math", down], model={"backend": "scripted", "model_path": tiny_model_dir})
+    stack = local_stack(settings)
+    try:
+        assert set(stack.runtimes) == {"math", "oe_down"}
+        row = {"responses_create_params": {"input": "play"}, "env": "oe_down"}
+        traj = await stack.agent.run(parse_row(row, known_envs=stack.agent.envs))
+        assert traj.outcome is Outcome.env_error and traj.reward is None
+        assert "environment 'oe_down' failed to start" in traj.error.message
+        assert f"OpenEnv server {url} cannot be reached" in traj.error.message
+        ok = await stack.agent.run(parse_row(example_rows("math", 1)[0], known_envs=stack.agent.envs))
+        assert ok.outcome is Outcome.completed, ok.error
+    finally:
+        await stack.aclose()
+
+
+def test_a_resources_service_serves_the_rest_when_one_environment_fails_to_start():
+    """A service of several environments (role resources, `--env math,oe_down`): the broken one's
+    seed is a 502 naming why it failed to start; the others serve; all broken is a start-up error."""
+    import httpx
+
+    from rollgate.core.serving import serve_in_thread
+    from rollgate.resources_servers.server import build_app
+
+    url = f"http://127.0.0.1:{free_port()}"
+    down = {"name": "oe_down", "kind": "openenv", "url": url, "connect_timeout_s": 2}
+    settings = Settings(envs=["math", down])
+    app = build_app(settings, "math,oe_down")
+    with serve_in_thread(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+        resp = client.post("/envs/oe_down/sessions", json={"responses_create_params": {"input": "play"}})
+        assert resp.status_code == 502
+        message = resp.json()["error"]["message"]
+        assert "environment 'oe_down' failed to start" in message and f"OpenEnv server {url}" in message
+        row = example_rows("math", 1)[0]
+        assert client.post("/envs/math/sessions", json=row).status_code in (200, 201)
+    with pytest.raises(RuntimeError, match="none of the environments"):
+        build_app(Settings(envs=[down, {**down, "name": "oe_down2"}]), "oe_down,oe_down2")

@@ -249,6 +249,26 @@ async def test_a_server_that_stops_mid_episode_is_env_error_naming_its_url(oe):
     await env.aclose()
 
 
+@pytest.mark.parametrize("sent", ["before", "after"])
+async def test_a_server_at_capacity_is_named_as_such_with_the_setting_to_raise(oe, sent):
+    """OpenEnv answers a session over its max_concurrent_envs with a CAPACITY_REACHED frame and closes
+    the WebSocket at once: whether the reset was sent before or after it closed, that is the error."""
+    with serve_in_thread(oe.single_app) as url:
+        server = OpenEnvServer(url)
+        env = OpenEnvEnvironment(server)
+        runtime = EnvRuntime(env, MemorySessionStore())
+        await runtime.seed(row(seed=5))  # holds the server's one session
+        second = await server.open()
+        if sent == "after":
+            await asyncio.sleep(0.5)  # the server has refused the session and closed the socket
+        with pytest.raises(UpstreamError) as caught:
+            await second.reset({}, 5.0)
+        message = str(caught.value)
+        assert f"OpenEnv server {url} at capacity (CAPACITY_REACHED): Server at capacity: 1/1" in message
+        assert "max_concurrent_envs" in message and "SUPPORTS_CONCURRENT_SESSIONS" in message
+        await env.aclose()
+
+
 def test_start_up_names_an_unreachable_url():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(UpstreamError, match=f"OpenEnv server {url} cannot be reached"):

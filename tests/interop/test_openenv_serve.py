@@ -272,9 +272,18 @@ async def test_openenv_validate_passes_and_http_routes_are_stateless(Client):
         jsonschema.validate({"tool": "calculator", "arguments": {"expression": "1+1"}}, action)
         jsonschema.validate({"answer": "2"}, action)
         bad_args = {"tool": "calculator", "arguments": {"expr": 1}}
-        for bad in (bad_args, {"tool": "seed"}, {}, {"answer": "2", "tool": "x"}):
+        for bad in (bad_args, {"tool": "seed"}, {}, {"answer": "2", "tool": "x"}, {"answer": "2", "arguments": {}}):
             with pytest.raises(jsonschema.ValidationError):
                 jsonschema.validate(bad, action)
+        # each branch carries its own properties, as OpenEnv's clients build actions from a branch
+        branches = {b["title"]: b for b in action["oneOf"]}
+        assert set(branches) == {"call calculator", "answer"}
+        assert all(b["type"] == "object" and b["properties"] for b in branches.values())
+        call = branches["call calculator"]
+        assert call["properties"]["tool"]["const"] == "calculator" and call["required"] == ["tool"]
+        assert call["properties"]["arguments"] == rt.tools()[0]["parameters"]
+        assert "expression" in call["properties"]["arguments"]["properties"]
+        assert set(branches["answer"]["properties"]) == {"answer", "metadata"}
         # stateless, as OpenEnv's own server: each call runs on a fresh session, deleted before the answer
         r = (await c.post("/reset", json={"task": MATH_ROW})).json()
         assert r["observation"]["prompt"] == MATH_ROW["responses_create_params"]["input"]

@@ -1,9 +1,10 @@
 """The harness agent: one episode = one run of an external agent harness as a subprocess.
 
-seed a session -> start the harness (its own process group, its own temporary directory) with a
+seed a session -> start the harness (under its reaper, in its own temporary directory) with a
 model base URL whose path names the episode's capture session, the session's MCP URL and the task
 prompt -> watch it: wall clock, model calls and generated tokens (counted from the capture store
-as they happen), cancellation, output floods -> SIGKILL its group -> take the capture record ->
+as they happen), cancellation, output floods -> stop it and every process it started (reaper.py)
+-> take the capture record ->
 assemble one Trajectory -> verify -> clean up (capture session, environment session, directory).
 
 Outcomes, typed like the shipped loop's:
@@ -203,10 +204,10 @@ class HarnessAgent:
         try:
             try:
                 await proc.start()
-            except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
-                what = "not found" if isinstance(exc, FileNotFoundError) else f"not runnable ({exc.strerror})"
+            except OSError as exc:
+                what = "not found" if isinstance(exc, FileNotFoundError) else f"not runnable ({exc.strerror or exc})"
                 raise self._fail(ErrorKind.not_found, f"command {argv[0]!r} {what}") from None
-            log.info("harness %s started (pid %d)", c.name, proc.pid)
+            log.info("harness %s started (reaper pid %d)", c.name, proc.pid)
             run.stopped_by = await self._watch(proc, view.episode, ctx, deadline)
             run.result = await proc.finish()
         finally:
@@ -274,7 +275,7 @@ class HarnessAgent:
                     kind=ErrorKind.timeout,
                     component=self.component,
                     message=f"harness {self.config.name!r} ran past its wall-clock budget "
-                    f"({self.timeout_s:g}s or the job's deadline); its process group was killed",
+                    f"({self.timeout_s:g}s or the job's deadline); it and every process it started were stopped",
                 ),
             )
         if stop == "flood":

@@ -32,8 +32,10 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import os
 import secrets
 import shlex
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -88,11 +90,46 @@ class MCPSessionState(BaseModel):
     mcp_opened: bool = False  # set by the first tool call: a later miss means the connection is gone
 
 
-def _server_error(server: MCPServer, what: str, exc: BaseException | None = None) -> UpstreamError:
+_STDERR_TAIL = 2000  # characters of a stdio server's stderr that an error quotes
+
+# What a stdio server that exits at once (a relative path, a module that does not import) was
+# missing: the SDK starts it in this process's working directory with a minimal environment.
+_STDIO_HINT = (
+    "a stdio server starts in Rollgate's working directory with a minimal environment (PATH, HOME, "
+    "no PYTHONPATH): set the entry's `cwd` (the directory it runs from) and `env` (e.g. PYTHONPATH)"
+)
+
+
+def _server_error(
+    server: MCPServer, what: str, exc: BaseException | None = None, stderr: str | None = None
+) -> UpstreamError:
     detail = f": {type(exc).__name__}: {exc}" if exc is not None and str(exc) else ""
     if exc is not None and not detail:
         detail = f": {type(exc).__name__}"
+    if server.command is not None and stderr is not None:
+        tail = stderr.strip()[-_STDERR_TAIL:]
+        detail += f"; its stderr ends: {tail}" if tail else "; its stderr was empty"
+        detail += f" ({_STDIO_HINT})"
     return UpstreamError(f"{server.describe()} {what}{detail}", component=COMPONENT)
+
+
+class _Stderr:
+    """A stdio server's stderr: an unnamed temporary file (what it wrote is all there once it has
+    exited, no reader needed), whose end an error quotes and the log gets."""
+
+    def __init__(self) -> None:
+        self.file = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by close()
+
+    def tail(self) -> str:
+        with contextlib.suppress(OSError, ValueError):
+            self.file.flush()
+            size = self.file.seek(0, os.SEEK_END)
+            self.file.seek(max(0, size - 4 * _STDERR_TAIL))
+            return self.file.read()
+        return ""
+
+    def close(self) -> None:
+        self.file.close()
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -103,7 +140,7 @@ def _leaf(exc: BaseException) -> BaseException:
 
 
 @contextlib.asynccontextmanager
-async def _client_session(server: MCPServer):
+async def _client_session(server: MCPServer, stderr: _Stderr | None = None):
     from mcp import ClientSession
 
     if server.command is not None:
@@ -115,7 +152,7 @@ async def _client_session(server: MCPServer):
             env=dict(server.env) if server.env is not None else None,
             cwd=server.cwd,
         )
-        transport = stdio_client(params)
+        transport = stdio_client(params, errlog=stderr.file) if stderr is not None else stdio_client(params)
     else:
         import httpx
         from mcp.client import streamable_http as sh
@@ -138,6 +175,8 @@ class _Connection:
         self.server = server
         self.session: Any = None
         self.error: BaseException | None = None
+        self.stderr = _Stderr() if server.command is not None else None
+        self.stderr_tail: str | None = None  # what it wrote last, once it has exited
         self.last_used = time.monotonic()
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
@@ -145,7 +184,7 @@ class _Connection:
 
     async def _run(self) -> None:
         try:
-            async with _client_session(self.server) as session:
+            async with _client_session(self.server, self.stderr) as session:
                 self.session = session
                 self._ready.set()
                 await self._stop.wait()
@@ -155,6 +194,12 @@ class _Connection:
                 raise
         finally:
             self.session = None
+            if self.stderr is not None:
+                self.stderr_tail = self.stderr.tail()
+                self.stderr.close()
+                if self.error is not None and self.stderr_tail.strip():
+                    tail = self.stderr_tail[-_STDERR_TAIL:]
+                    log.warning("%s ended; its stderr ends: %s", self.server.describe(), tail)
             self._ready.set()
 
     @property
@@ -171,7 +216,7 @@ class _Connection:
                 component=COMPONENT,
             ) from None
         if self.session is None:
-            raise _server_error(self.server, "could not be started or reached", self.error)
+            raise _server_error(self.server, "could not be started or reached", self.error, self.stderr_tail)
         call = asyncio.ensure_future(self.session.call_tool(name, arguments))
         # Race the call against the connection: a server that exits fails the call at once.
         done, _ = await asyncio.wait({call, self._task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
@@ -183,7 +228,7 @@ class _Connection:
                 raise _server_error(self.server, f"failed on tools/call {name}", _leaf(exc)) from None
         call.cancel()
         if self._task in done:
-            raise _server_error(self.server, f"exited during tools/call {name}", self.error)
+            raise _server_error(self.server, f"exited during tools/call {name}", self.error, self.stderr_tail)
         raise UpstreamTimeout(
             f"{self.server.describe()} did not answer tools/call {name} within {timeout_s:g}s", component=COMPONENT
         )
@@ -249,8 +294,10 @@ class MCPToolsEnvironment(Environment):
     def _discover(self) -> dict[str, MCPToolSpec]:
         import jsonschema
 
+        stderr = _Stderr() if self.server.command is not None else None
+
         async def list_tools() -> list[Any]:
-            async with _client_session(self.server) as session:
+            async with _client_session(self.server, stderr) as session:
                 return (await asyncio.wait_for(session.list_tools(), self.server.connect_timeout_s)).tools
 
         try:
@@ -260,7 +307,11 @@ class MCPToolsEnvironment(Environment):
                 f'MCP environments need the extra "interop" (pip install "rollgate[interop]"): {exc}'
             ) from exc
         except Exception as exc:
-            raise _server_error(self.server, "did not list its tools", _leaf(exc)) from None
+            tail = stderr.tail() if stderr is not None else None
+            raise _server_error(self.server, "did not list its tools", _leaf(exc), tail) from None
+        finally:
+            if stderr is not None:
+                stderr.close()
         specs: dict[str, MCPToolSpec] = {}
         self._validators: dict[str, Any] = {}
         for i, t in enumerate(tools):
@@ -285,7 +336,7 @@ class MCPToolsEnvironment(Environment):
             return conn
         if conn is not None and conn.error is not None:
             self._conns.pop(state.mcp_key, None)
-            raise _server_error(self.server, "exited or closed the connection", conn.error)
+            raise _server_error(self.server, "exited or closed the connection", conn.error, conn.stderr_tail)
         if conn is not None or state.mcp_opened:
             # Never reopen silently: a stateful server would start this episode over.
             self._conns.pop(state.mcp_key, None)

@@ -68,8 +68,35 @@ class StepResult(BaseModel):
 
 
 def action_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
-    """The action's JSON Schema: the tool names as an enum, each tool's arguments under allOf."""
+    """The action's JSON Schema: one `oneOf` branch per tool (its name as a const, its parameters
+    as `arguments`) and one for the answer. Each branch is a whole object schema with its own
+    `properties`, so a client can build an action from the branch it picks (OpenEnv's clients
+    take a branch's properties); the top-level properties list every field for forms."""
     names = [t["name"] for t in tools]
+    metadata = {"type": "object", "description": "passed through to the observation's metadata"}
+    calls = [
+        {
+            "title": f"call {t['name']}",
+            "description": t.get("description") or f"call the tool {t['name']}",
+            "type": "object",
+            "properties": {
+                "tool": {"type": "string", "const": t["name"]},
+                "arguments": t["parameters"],
+                "metadata": metadata,
+            },
+            "required": ["tool"],
+            "additionalProperties": False,
+        }
+        for t in tools
+    ]
+    answer = {
+        "title": "answer",
+        "description": "the final answer: runs verify and returns done=true with the verify reward",
+        "type": "object",
+        "properties": {"answer": {"type": "string"}, "metadata": metadata},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
     return {
         "title": "RollgateAction",
         "description": 'Call a tool: {"tool": <name>, "arguments": {...}}. End the episode: {"answer": "..."}: '
@@ -79,20 +106,10 @@ def action_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
             "tool": {"type": "string", "enum": names, "description": "the tool to call"},
             "arguments": {"type": "object", "description": "the tool's arguments (its parameters schema)"},
             "answer": {"type": "string", "description": "the final answer: ends the episode"},
-            "metadata": {"type": "object"},
+            "metadata": metadata,
         },
         "additionalProperties": False,
-        "oneOf": [
-            {"required": ["tool"], "not": {"required": ["answer"]}},
-            {"required": ["answer"], "not": {"anyOf": [{"required": ["tool"]}, {"required": ["arguments"]}]}},
-        ],
-        "allOf": [
-            {
-                "if": {"properties": {"tool": {"const": t["name"]}}, "required": ["tool"]},
-                "then": {"properties": {"arguments": t["parameters"]}},
-            }
-            for t in tools
-        ],
+        "oneOf": [*calls, answer],
     }
 
 

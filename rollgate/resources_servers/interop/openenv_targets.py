@@ -101,6 +101,13 @@ class OpenEnvServer:
         return _SocketEpisode(self, ws)
 
 
+async def _last_frame(ws: Any) -> Any:
+    """A frame the server sent before it closed the connection, if one is still unread."""
+    with contextlib.suppress(Exception):
+        return await asyncio.wait_for(ws.recv(), 0.5)
+    return None
+
+
 class _SocketEpisode:
     """One OpenEnv episode: one WebSocket, one request in flight at a time."""
 
@@ -142,6 +149,11 @@ class _SocketEpisode:
                 ) from None
             except ConnectionClosed as exc:
                 self.broken = f"closed during {what}"
+                # A server that refuses the session (CAPACITY_REACHED, FACTORY_ERROR) says why in a
+                # frame and closes at once, often before our request is sent: read that frame.
+                last = await _last_frame(self.ws)
+                if last is not None:
+                    self._answer(last, what)
                 raise UpstreamError(
                     f"{desc} closed the WebSocket during {what} (code {exc.rcvd.code if exc.rcvd else 'none'}): "
                     "the server stopped or dropped the session",
@@ -167,11 +179,17 @@ class _SocketEpisode:
             full = code == "CAPACITY_REACHED"
             if code == "VALIDATION_ERROR" and what == "step":
                 raise ActionRejected(_errors_text(data.get("errors")))
-            hint = " (raise the server's max_concurrent_envs or lower Rollgate's concurrency)" if full else ""
+            if full:
+                raise UpstreamError(
+                    f"{desc} at capacity (CAPACITY_REACHED): {data.get('message', '')} Raise the server's "
+                    "max_concurrent_envs (more than 1 needs SUPPORTS_CONCURRENT_SESSIONS = True on the "
+                    "environment class) or lower Rollgate's concurrency",
+                    component=COMPONENT,
+                    transient=True,
+                )
             raise UpstreamError(
-                f"{desc} answered {what} with error {code or '(no code)'}: {data.get('message', '')}{hint}",
+                f"{desc} answered {what} with error {code or '(no code)'}: {data.get('message', '')}",
                 component=COMPONENT,
-                transient=full,
             )
         if kind != "observation" or not isinstance(data, dict) or not isinstance(data.get("observation"), dict):
             self.broken = f"malformed answer to {what}"
