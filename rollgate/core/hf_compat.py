@@ -16,3 +16,9 @@ def cache_kwarg(model: Any) -> str:
     """The keyword a causal LM's `forward` takes its KV cache under: `cache` in transformers 5.2x,
     which deprecates `past_key_values` with a warning on every call; `past_key_values` before."""
     return _cache_kwarg(type(model))
+
+
+def output_cache(out: Any) -> Any:
+    """The KV cache a forward returned: `out.cache` in transformers 5.2x (reading the deprecated
+    `past_key_values` there warns), `out.past_key_values` before."""
+    return out["cache"] if "cache" in out else out.past_key_values

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from rollgate.core.hf_compat import cache_kwarg
+from rollgate.core.hf_compat import cache_kwarg, output_cache
 from rollgate.model_server.backend import SamplingParams
 from rollgate.model_server.kv_cache import Hit, PrefixKVCache, cat_left_padded, row_kv, stack_prefixes
 
@@ -271,7 +271,7 @@ class Engine:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **kw)
         self.stats["prefill_tokens"] += sum(len(r.prompt) - p for r, p in zip(rows, pre, strict=True))
         self.stats["reused_tokens"] += sum(pre)
-        cache = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        cache = [(layer.keys, layer.values) for layer in output_cache(out).layers]
         return cache, mask, out.logits[:, -1, :]
 
     def _merge(self, new: list[_Row], cache, mask: torch.Tensor) -> None:
@@ -297,7 +297,7 @@ class Engine:
         cache = DynamicCache(ddp_cache_data=self._cache)
         kw = {cache_kwarg(self.model): cache}
         out = self.model(input_ids=last, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
-        self._cache = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        self._cache = [(layer.keys, layer.values) for layer in output_cache(out).layers]
         self._mask = mask
         self.stats["decode_s"] += time.perf_counter() - started
         self._sample(out.logits[:, -1, :], start=0)

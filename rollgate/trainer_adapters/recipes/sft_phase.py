@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rollgate.core.hf_compat import cache_kwarg
+from rollgate.core.hf_compat import cache_kwarg, output_cache
 from rollgate.trainer_adapters.recipes.config import SFTPhase
 
 log = logging.getLogger("rollgate.train")
@@ -65,7 +65,7 @@ def batch_loss(model: Any, batch: Sequence[tuple[list[int], list[int]]], pad_id:
     # every chat transcript (a user or system token), so dropping that one prediction loses no loss.
     if p > 0:
         pre = model.model(input_ids=torch.tensor([batch[0][0][:p]]), use_cache=True)
-        cache = pre.past_key_values
+        cache = output_cache(pre)
         cache.batch_repeat_interleave(b)
         positions = torch.arange(p, p + width).unsqueeze(0).expand(b, -1)
         kw = {cache_kwarg(model): cache}
