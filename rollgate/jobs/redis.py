@@ -3,21 +3,22 @@ workers claim with a consumer group, and a dead worker's tasks are taken over af
 visibility timeout (XAUTOCLAIM). Live workers heart-beat their claims so a long episode is not
 taken over.
 
-Keys under `{prefix}`:
-  active                LIST of running job ids: the ring claimers rotate over (fair share)
-  credit                tasks the job at the ring's head may still give before it rotates
-  bell                  a short stream a submit rings, so idle workers wake at once
-  queued                tasks submitted and not yet recorded (the capacity bound)
-  jobs                  ZSET of job ids by creation time (the job list)
-  job:{id}:stream       one entry per task {key}; consumer group "workers"
-  job:{id}:spec         JobSpec JSON            job:{id}:tasks   HASH key -> TaskEnvelope JSON
-  job:{id}:done         HASH key -> 1           job:{id}:results LIST of stored records
-  job:{id}:stats        HASH total, done, o:<outcome>, rsum, rn, reclaimed, state, priority, ...
-  job:{id}:attempts     HASH key -> claims so far
-A stream per job lets workers serve concurrent jobs in weighted round-robin (by `priority`)
-instead of first-in-first-out across jobs (rollgate.jobs.redis_scripts.CLAIM). A record is
-stored by one Lua script ("set if absent" on done, then append): exactly one record per task,
-whatever the number of executions.
+Keys under `{prefix}` (one Redis server, or a Redis Cluster with a `redis+cluster://` URL):
+  {prefix}:{{prefix}}:active   LIST of running job ids: the ring claimers rotate over (fair share)
+  {prefix}:{{prefix}}:credit   tasks the job at the ring's head may still give before it rotates
+  {prefix}:{{prefix}}:bell     a short stream a submit rings, so idle workers wake at once
+  {prefix}:{{prefix}}:jobs     ZSET of job ids by creation time (the job list)
+  {prefix}:{job:<id>}:stream   one entry per task {key}; consumer group "workers"
+  {prefix}:{job:<id>}:spec     JobSpec JSON      ...:tasks    HASH key -> TaskEnvelope JSON
+  {prefix}:{job:<id>}:done     HASH key -> 1     ...:results  LIST of stored records
+  {prefix}:{job:<id>}:stats    HASH total, done, o:<outcome>, rsum, rn, reclaimed, state, priority
+  {prefix}:{job:<id>}:attempts HASH key -> claims so far
+The hash tags put one job's keys in one slot and the global keys in another, so every script
+touches one slot (rollgate.jobs.redis_scripts). The queued-task bound is the sum of the active
+jobs' unrecorded tasks, read at submit: no global counter is written per task. A stream per job
+lets workers serve concurrent jobs in weighted round-robin (by `priority`) instead of
+first-in-first-out across jobs. A record is stored by one Lua script ("set if absent" on done,
+then append): exactly one record per task, whatever the number of executions.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 from typing import Any
 
 from rollgate.core.errors import CapacityError, NotFound
-from rollgate.core.redis_client import ScriptBatch, bounded_client, call
+from rollgate.core.redis_client import ScriptBatch, bounded_client, call, is_cluster_url
 from rollgate.jobs import redis_scripts as lua
 from rollgate.jobs.queue import (
     DEFAULT_MAX_ATTEMPTS,
@@ -41,6 +42,7 @@ from rollgate.jobs.queue import (
     encode_record,
     progress_from,
 )
+from rollgate.jobs.redis_claim import claim_on_cluster
 from rollgate.jobs.redis_loss import REQUIRED, mark_lost, may_have_lost, persistence_problem
 
 log = logging.getLogger("rollgate.queue")
@@ -62,29 +64,36 @@ class RedisJobQueue:
         pool_wait_s: float = 30.0,
         client: Any = None,
     ):
+        if "{" in prefix or "}" in prefix:
+            raise ValueError(f"queue prefix {prefix!r} must not contain braces (they pick Redis Cluster hash slots)")
         self.prefix = prefix
+        self.cluster = is_cluster_url(url) if client is None else type(client).__name__ == "RedisCluster"
         self.max_queued_tasks = max_queued_tasks
         self.visibility_timeout_s = visibility_timeout_s
         self.result_ttl_s = result_ttl_s
         self.max_attempts = max_attempts
         # socket_timeout must outlast the longest XREADGROUP BLOCK we issue (block_s <= 5).
         self._r = client or bounded_client(url, max_connections=max_connections, wait_s=pool_wait_s, socket_timeout=15)
-        self._submit = self._r.register_script(lua.SUBMIT)
+        self._submit = self._r.register_script(lua.SUBMIT_JOB)
+        self._admit = self._r.register_script(lua.ADMIT)
         # the per-task scripts of one loop turn (results, heartbeats, claims of many workers'
         # slots) share one pipeline: core/redis_client.ScriptBatch
         batch = ScriptBatch(self._r)
         self._complete = batch.wrap(self._r.register_script(lua.COMPLETE))
         self._touch = batch.wrap(self._r.register_script(lua.TOUCH))
         self._claim_script = batch.wrap(self._r.register_script(lua.CLAIM))
+        self._ring = batch.wrap(self._r.register_script(lua.RING))
+        self._claim_job = batch.wrap(self._r.register_script(lua.CLAIM_JOB))
         self._specs: dict[str, JobSpec] = {}
         self._last_state: dict[str, str] = {}  # job -> the state this process last read
+        self._priorities: dict[str, int] = {}  # job -> priority, for claiming on a cluster
 
     # keys -----------------------------------------------------------------------------
     def _k(self, name: str) -> str:
-        return f"{self.prefix}:{name}"
+        return f"{self.prefix}:{{{self.prefix}}}:{name}"
 
     def _jk(self, job_id: str, part: str) -> str:
-        return f"{self.prefix}:job:{job_id}:{part}"
+        return f"{self.prefix}:{{job:{job_id}}}:{part}"
 
     async def _call(self, coro):
         return await call(coro, component="queue")
@@ -131,40 +140,25 @@ class RedisJobQueue:
 
     # producer side ----------------------------------------------------------------------
     async def submit(self, spec: JobSpec, tasks: list[TaskEnvelope]) -> None:
-        args: list[Any] = [
-            self.max_queued_tasks,
-            len(tasks),
-            spec.job_id,
-            spec.model_dump_json(),
-            spec.created_at,
-            int(self.result_ttl_s),
-            spec.priority,
-        ]
-        for t in tasks:
-            args += [t.key, t.model_dump_json()]
-        j = spec.job_id
-        ok, queued = await self._call(
-            self._submit(
-                keys=[
-                    self._k("queued"),
-                    self._k("active"),
-                    self._jk(j, "tasks"),
-                    self._jk(j, "spec"),
-                    self._k("jobs"),
-                    self._jk(j, "stats"),
-                    self._jk(j, "stream"),
-                    self._k("bell"),
-                ],
-                args=args,
-            )
-        )
-        if not ok:
+        # The bound is checked before the job's keys are written, not atomically with other
+        # submits: gateways submitting at the same instant may pass it by one job each.
+        queued = await self.queued()
+        if queued + len(tasks) > self.max_queued_tasks:
             raise CapacityError(
                 f"the job queue holds {queued} tasks; {len(tasks)} more would exceed the limit of "
                 f"{self.max_queued_tasks} (gateway.max_queued_tasks); retry later",
                 component="gateway",
                 retry_after_s=5.0,
             )
+        args: list[Any] = [len(tasks), spec.model_dump_json(), int(self.result_ttl_s), spec.priority]
+        for t in tasks:
+            args += [t.key, t.model_dump_json()]
+        j = spec.job_id
+        keys = [self._jk(j, "tasks"), self._jk(j, "spec"), self._jk(j, "stats"), self._jk(j, "stream")]
+        await self._call(self._submit(keys=keys, args=args))
+        # Listed and claimable only once all of its tasks are stored.
+        admit = [self._k("jobs"), self._k("active"), self._k("bell")]
+        await self._call(self._admit(keys=admit, args=[j, spec.created_at]))
         self._remember(spec)  # this gateway can then tell the job's loss from an unknown job
 
     # consumer side ----------------------------------------------------------------------
@@ -181,6 +175,8 @@ class RedisJobQueue:
         return await self._prepare(consumer, entries)
 
     async def _claim_round(self, consumer: str, count: int) -> tuple[bytes, list[tuple[str, bytes, str, bool]]]:
+        if self.cluster:
+            return await claim_on_cluster(self, consumer, count)
         bell, flat = await self._call(
             self._claim_script(
                 keys=[self._k("active"), self._k("credit"), self._k("bell")],
@@ -236,32 +232,39 @@ class RedisJobQueue:
             pipe.xdel(self._jk(job_id, "stream"), delivery_id)
             await self._call(pipe.execute())
 
-    def _touch_args(self, claims: list[Claim]) -> list[str]:
-        return [x for c in claims for x in (self._jk(c.task.job_id, "stream"), c.delivery_id)]
+    async def _touch_all(self, consumer: str, claims: list[Claim], idle_ms: int) -> None:
+        by_job: dict[str, list[str]] = {}
+        for c in claims:
+            by_job.setdefault(c.task.job_id, []).append(c.delivery_id)
+        await self._call(
+            asyncio.gather(
+                *[
+                    self._touch(keys=[self._jk(job, "stream")], args=[consumer, idle_ms, *ids])
+                    for job, ids in by_job.items()
+                ]
+            )
+        )
 
     async def heartbeat(self, consumer: str, claims: list[Claim]) -> None:
         if claims:
-            await self._call(self._touch(keys=[], args=[consumer, 0, *self._touch_args(claims)]))
+            await self._touch_all(consumer, claims, 0)
 
     async def release(self, consumer: str, claims: list[Claim]) -> None:
         # Mark our entries idle for longer than the visibility timeout: the next XAUTOCLAIM of
         # any worker takes them at once.
         if claims:
-            idle_ms = int(self.visibility_timeout_s * 1000) + 1000
-            await self._call(self._touch(keys=[], args=[consumer, idle_ms, *self._touch_args(claims)]))
+            await self._touch_all(consumer, claims, int(self.visibility_timeout_s * 1000) + 1000)
             await self._call(self._r.xadd(self._k("bell"), {"released": len(claims)}, maxlen=100, approximate=True))
 
     async def _store(self, job_id: str, key: str, record: dict[str, Any], delivery_id: str = "") -> bool:
         stored, label, reward = encode_record(record)
-        pos = await self._call(
+        pos, finished = await self._call(
             self._complete(
                 keys=[
                     self._jk(job_id, "done"),
                     self._jk(job_id, "results"),
                     self._jk(job_id, "stats"),
                     self._jk(job_id, "stream"),
-                    self._k("queued"),
-                    self._k("active"),
                 ],
                 args=[
                     key,
@@ -271,10 +274,11 @@ class RedisJobQueue:
                     "" if reward is None else repr(reward),
                     int(self.result_ttl_s),
                     repr(time.time()),
-                    job_id,
                 ],
             )
         )
+        if finished:  # the ring is in another slot: a second call, once per job
+            await self._call(self._r.lrem(self._k("active"), 0, job_id))
         return bool(pos)
 
     async def complete(self, claim: Claim, record: dict[str, Any]) -> bool:
@@ -380,7 +384,15 @@ class RedisJobQueue:
             delay = min(delay * 2, 0.25)
 
     async def queued(self) -> int:
-        return int(await self._call(self._r.get(self._k("queued"))) or 0)
+        """Tasks submitted and not yet recorded: the active jobs' total - done."""
+        jobs = await self._call(self._r.lrange(self._k("active"), 0, -1))
+        if not jobs:
+            return 0
+        async with self._r.pipeline(transaction=False) as pipe:
+            for j in jobs:
+                pipe.hmget(self._jk(j.decode(), "stats"), "total", "done")
+            got = await self._call(pipe.execute())
+        return sum(max(0, int(t) - int(d)) for t, d in got if t is not None and d is not None)
 
     async def close(self) -> None:
         await self._r.aclose()

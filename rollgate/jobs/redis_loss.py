@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rollgate.queue")
 
-# KEYS: stats, done, jobs, active ; ARGV: total, now, message, job id, created_at, ttl
+# One job's slot. KEYS: stats, done ; ARGV: total, now, message, ttl
 # -> 1 when the job is (now) failed for data loss, 0 when it finished or was cancelled before.
 MARK_LOST = """
 local st = redis.call('HGET', KEYS[1], 'state')
@@ -35,9 +35,7 @@ if st and st ~= 'running' then return 0 end
 local done = redis.call('HLEN', KEYS[2])
 redis.call('HSET', KEYS[1], 'state', 'failed', 'total', ARGV[1], 'done', done, 'finished_at', ARGV[2],
   'error', ARGV[3])
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[6]))
-redis.call('ZADD', KEYS[3], tonumber(ARGV[5]), ARGV[4])
-redis.call('LREM', KEYS[4], 0, ARGV[4])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]))
 return 1
 """
 
@@ -87,21 +85,20 @@ async def mark_lost(q: RedisJobQueue, spec: JobSpec, missing: list[str]) -> None
     marked = await q._call(
         q._r.eval(
             MARK_LOST,
-            4,
+            2,
             q._jk(j, "stats"),
             q._jk(j, "done"),
-            f"{q.prefix}:jobs",
-            f"{q.prefix}:active",
             spec.num_tasks,
             repr(time.time()),
             message,
-            j,
-            spec.created_at,
             int(q.result_ttl_s),
         )
     )
     if not marked:
         return  # it finished or was cancelled meanwhile: its records are all there
+    # The queue's global keys (their own slot): listed again if the list was lost, never claimed.
+    await q._call(q._r.zadd(q._k("jobs"), {j: spec.created_at}))
+    await q._call(q._r.lrem(q._k("active"), 0, j))
     log.error("job %s: %s", j, message, extra={"job_id": j})
     # Every reader that noticed stores the records: "set if absent" keeps one per task.
     for key in keys:

@@ -236,7 +236,7 @@ async def test_redis_queue_recovers_when_its_stream_disappears(redis_url, redis_
     try:
         spec, tasks = make_job("job_before", 1)
         await q.submit(spec, tasks)
-        await q._r.delete(f"{redis_prefix}:job:job_before:stream")  # e.g. evicted under memory pressure
+        await q._r.delete(q._jk("job_before", "stream"))  # e.g. evicted under memory pressure
         spec, tasks = make_job("job_after", 1)
         await q.submit(spec, tasks)
         claims = await q.claim("w", 5, block_s=0.2)
