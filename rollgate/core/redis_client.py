@@ -18,19 +18,30 @@ CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
 def is_cluster_url(url: str | None) -> bool:
-    """`redis+cluster://HOST:PORT` (or `rediss+cluster://`): any node of a Redis Cluster, which
-    the client asks for the rest of the topology."""
+    """`redis+cluster://[:PASSWORD@]HOST:PORT[,HOST:PORT...]` (or `rediss+cluster://`): nodes of
+    a Redis Cluster, which the client asks for the rest of the topology. Name several, so that a
+    client starting while one of them is down still finds the cluster."""
     return bool(url) and url.split("://", 1)[0] in CLUSTER_SCHEMES
 
 
 def cluster_client(url: str, *, max_connections: int, socket_timeout: float) -> Any:
     """A Redis Cluster client. It has no blocking pool: past its per-node limit a call fails, so
     the limit is generous (a node serves thousands of clients) and only guards against a leak."""
-    from redis.asyncio.cluster import RedisCluster
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
 
     scheme, rest = url.split("://", 1)
+    auth, _, hosts = rest.rpartition("@")
+    hosts, slash, tail = hosts.partition("/")
+    first, *others = hosts.split(",")
+    seeds = []
+    for h in others:
+        host, _, port = h.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"redis URL: {h!r} is not HOST:PORT (redis+cluster://HOST:PORT,HOST:PORT)")
+        seeds.append(ClusterNode(host, int(port)))
     return RedisCluster.from_url(
-        f"{CLUSTER_SCHEMES[scheme]}://{rest}",
+        f"{CLUSTER_SCHEMES[scheme]}://{auth + '@' if auth else ''}{first}{slash}{tail}",
+        startup_nodes=seeds or None,
         max_connections=max(4 * max_connections, 256),
         decode_responses=False,
         socket_timeout=socket_timeout,
@@ -64,7 +75,7 @@ async def call(coro: Awaitable[T], *, component: str) -> T:
         return await coro
     except (rexc.ConnectionError, rexc.TimeoutError) as exc:
         raise UpstreamError(f"redis unreachable: {exc}", component=component, transient=True) from None
-    except (rexc.ClusterError, rexc.TryAgainError, rexc.SlotNotCoveredError) as exc:
+    except (rexc.ClusterError, rexc.TryAgainError, rexc.RedisClusterException) as exc:
         # a failover in progress: a replica takes over the slot within the node timeout
         raise UpstreamError(f"redis cluster unavailable: {exc}", component=component, transient=True) from None
 

@@ -47,8 +47,8 @@ class RedisClusterProcesses:
 
     @property
     def url(self) -> str:
-        """The URL every Rollgate part takes for cluster mode (any node seeds the topology)."""
-        return f"redis+cluster://127.0.0.1:{self.ports[0]}"
+        """The URL every Rollgate part takes for cluster mode: every live node seeds the topology."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports if self.alive(p))
 
     def _start_node(self, port: int) -> None:
         d = self.base / str(port)
