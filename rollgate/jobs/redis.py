@@ -28,7 +28,7 @@ import logging
 import time
 from typing import Any
 
-from rollgate.core.errors import CapacityError, NotFound
+from rollgate.core.errors import CapacityError, NotFound, UpstreamError
 from rollgate.core.redis_client import ScriptBatch, bounded_client, call, is_cluster_url
 from rollgate.jobs import redis_scripts as lua
 from rollgate.jobs.queue import (
@@ -44,6 +44,7 @@ from rollgate.jobs.queue import (
 )
 from rollgate.jobs.redis_claim import claim_on_cluster
 from rollgate.jobs.redis_loss import REQUIRED, mark_lost, may_have_lost, persistence_problem
+from rollgate.jobs.redis_reclaim import RestartWatch, maybe_reclaim
 
 log = logging.getLogger("rollgate.queue")
 
@@ -87,6 +88,7 @@ class RedisJobQueue:
         self._specs: dict[str, JobSpec] = {}
         self._last_state: dict[str, str] = {}  # job -> the state this process last read
         self._priorities: dict[str, int] = {}  # job -> priority, for claiming on a cluster
+        self._watch = RestartWatch()  # claims lost with a restart (rollgate.jobs.redis_reclaim)
 
     # keys -----------------------------------------------------------------------------
     def _k(self, name: str) -> str:
@@ -96,7 +98,11 @@ class RedisJobQueue:
         return f"{self.prefix}:{{job:{job_id}}}:{part}"
 
     async def _call(self, coro):
-        return await call(coro, component="queue")
+        try:
+            return await call(coro, component="queue")
+        except UpstreamError:
+            self._watch.failed = True
+            raise
 
     async def _spec(self, job_id: str) -> JobSpec:
         spec = self._specs.get(job_id)
@@ -163,6 +169,7 @@ class RedisJobQueue:
 
     # consumer side ----------------------------------------------------------------------
     async def claim(self, consumer: str, count: int, *, block_s: float = 1.0) -> list[Claim]:
+        await maybe_reclaim(self)
         bell, entries = await self._claim_round(consumer, count)
         if not entries and block_s > 0:
             # Nothing to do: sleep until a job is submitted (the bell rings) or block_s passes.
@@ -224,6 +231,7 @@ class RedisJobQueue:
                 await self.complete(claim, abandoned_record(task, attempt - 1))
                 continue
             out.append(claim)
+            self._watch.held(job, delivery, consumer)
         return out
 
     async def _ack(self, job_id: str, delivery_id: str) -> None:
@@ -252,6 +260,8 @@ class RedisJobQueue:
     async def release(self, consumer: str, claims: list[Claim]) -> None:
         # Mark our entries idle for longer than the visibility timeout: the next XAUTOCLAIM of
         # any worker takes them at once.
+        for c in claims:
+            self._watch.done(c.task.job_id, c.delivery_id)
         if claims:
             await self._touch_all(consumer, claims, int(self.visibility_timeout_s * 1000) + 1000)
             await self._call(self._r.xadd(self._k("bell"), {"released": len(claims)}, maxlen=100, approximate=True))
@@ -282,6 +292,8 @@ class RedisJobQueue:
         return bool(pos)
 
     async def complete(self, claim: Claim, record: dict[str, Any]) -> bool:
+        # Not run any more, stored or not: after a restart its entry is given back at once.
+        self._watch.done(claim.task.job_id, claim.delivery_id)
         return await self._store(claim.task.job_id, claim.task.key, record, claim.delivery_id)
 
     # jobs -------------------------------------------------------------------------------
