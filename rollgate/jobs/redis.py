@@ -43,7 +43,7 @@ from rollgate.jobs.queue import (
     progress_from,
 )
 from rollgate.jobs.redis_claim import claim_on_cluster
-from rollgate.jobs.redis_loss import REQUIRED, mark_lost, may_have_lost, persistence_problem
+from rollgate.jobs.redis_loss import REQUIRED, ReadLog, mark_lost, may_have_lost, persistence_problem, sweep_lost
 from rollgate.jobs.redis_reclaim import RestartWatch, maybe_reclaim
 
 log = logging.getLogger("rollgate.queue")
@@ -88,6 +88,7 @@ class RedisJobQueue:
         self._specs: dict[str, JobSpec] = {}
         self._last_state: dict[str, str] = {}  # job -> the state this process last read
         self._priorities: dict[str, int] = {}  # job -> priority, for claiming on a cluster
+        self._read = ReadLog()  # keys of the records read, for a rebuild after data loss
         self._watch = RestartWatch()  # claims lost with a restart (rollgate.jobs.redis_reclaim)
 
     # keys -----------------------------------------------------------------------------
@@ -169,6 +170,7 @@ class RedisJobQueue:
 
     # consumer side ----------------------------------------------------------------------
     async def claim(self, consumer: str, count: int, *, block_s: float = 1.0) -> list[Claim]:
+        self._watch.consumers.add(consumer)
         await maybe_reclaim(self)
         bell, entries = await self._claim_round(consumer, count)
         if not entries and block_s > 0:
@@ -267,7 +269,7 @@ class RedisJobQueue:
             await self._call(self._r.xadd(self._k("bell"), {"released": len(claims)}, maxlen=100, approximate=True))
 
     async def _store(self, job_id: str, key: str, record: dict[str, Any], delivery_id: str = "") -> bool:
-        stored, label, reward = encode_record(record)
+        stored, label, reward = encode_record(record, key)
         pos, finished = await self._call(
             self._complete(
                 keys=[
@@ -344,6 +346,8 @@ class RedisJobQueue:
             raise NotFound(f"unknown or expired rollout job {job_id!r}", component="gateway", field="job_id")
         prog = self._progress(spec, raw)
         self._last_state[job_id] = prog.state
+        if prog.finished:
+            self._read.forget(job_id)
         return prog
 
     @staticmethod
@@ -373,7 +377,20 @@ class RedisJobQueue:
         return out
 
     async def results(self, job_id: str, after: int, limit: int = 1000) -> list[bytes]:
-        return await self._call(self._r.lrange(self._jk(job_id, "results"), after, after + limit - 1))
+        key = self._jk(job_id, "results")
+        out = await self._call(self._r.lrange(key, after, after + limit - 1))
+        if out and self._last_state.get(job_id) == "running":  # a reader of a running job
+            while gap := self._read.gap(job_id, after):  # this process starts reading mid-stream
+                have = after - gap
+                chunk = await self._call(self._r.lrange(key, have, have + min(gap, 1000) - 1))
+                if not chunk:
+                    break
+                self._read.note(job_id, have, chunk)
+            self._read.note(job_id, after, out)
+        return out
+
+    async def sweep_lost(self) -> int:
+        return await sweep_lost(self)
 
     async def wait_results(self, job_id: str, after: int, *, limit: int = 1000, timeout_s: float = 10.0) -> list[bytes]:
         # Polling with a short back-off: cheap at trainer scale (a few readers per job), and
@@ -391,6 +408,7 @@ class RedisJobQueue:
                 raise NotFound(f"unknown or expired rollout job {job_id!r}", component="gateway", field="job_id")
             if state != b"running":
                 self._last_state[job_id] = state.decode()
+                self._read.forget(job_id)
                 return await self.results(job_id, after, limit)
             await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 0.25)

@@ -90,11 +90,16 @@ return {(bell[1] and bell[1][1]) or '0-0', out}
 """
 
 # KEYS: done, results, stats, stream
-# ARGV: key, record, entry id or '', label, reward or '', ttl, now
+# ARGV: key, record, entry id ('' for the queue's own records: cancel, data loss), label,
+#       reward or '', ttl, now
 # -> {position of the record (0: the task had one already), 1 when this record finished the job}
 COMPLETE = """
 local entry = ARGV[3]
-if redis.call('HSETNX', KEYS[1], ARGV[1], '1') == 0 then
+local st = redis.call('HGET', KEYS[3], 'state')
+-- A worker's record counts only while the job can take it: never into a job whose state vanished
+-- or that was failed for it (rollgate.jobs.redis_loss rebuilds those records alone, in order).
+local open = st and (entry == '' or st == 'running' or st == 'cancelled')
+if not open or redis.call('HSETNX', KEYS[1], ARGV[1], '1') == 0 then
   if entry ~= '' then redis.call('XACK', KEYS[4], 'workers', entry); redis.call('XDEL', KEYS[4], entry) end
   return {0, 0}
 end

@@ -65,6 +65,27 @@ async def test_claims_whose_records_were_lost_with_a_restart_come_back_within_se
         await q.close()
 
 
+async def test_a_claim_whose_answer_was_lost_in_the_crash_comes_back_within_seconds(redis_server):
+    q = RedisJobQueue(redis_server.url, prefix="rgtest:restart3")
+    try:
+        spec, tasks = make_job("job_orphan", 2)
+        await q.submit(spec, tasks)
+        [mine] = await q.claim("w", 1, block_s=0.1)
+        # Redis ran the worker's next claim and wrote it to its AOF, then died before answering:
+        # the entry is pending under "w", which never learnt of it.
+        await q._claim_round("w", 1)
+        await asyncio.to_thread(redis_server.restart, signal.SIGKILL)
+        started = time.monotonic()
+        [orphan] = await claim_until(q, "w", 1, timeout_s=15)
+        assert time.monotonic() - started < 10 and orphan.task.key != mine.task.key
+        for c in (mine, orphan):
+            assert await q.complete(c, ok_record(c.task))
+        assert (await q.progress("job_orphan")).state == "done"
+    finally:
+        await q.clear()
+        await q.close()
+
+
 async def test_claims_still_running_are_not_given_back_after_a_restart(redis_server):
     q = RedisJobQueue(redis_server.url, prefix="rgtest:restart2")
     try:
