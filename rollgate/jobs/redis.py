@@ -37,12 +37,11 @@ from rollgate.jobs.queue import (
     JobProgress,
     JobSpec,
     TaskEnvelope,
-    abandoned_record,
     cancelled_record,
     encode_record,
     progress_from,
 )
-from rollgate.jobs.redis_claim import claim_on_cluster
+from rollgate.jobs.redis_claim import Entry, claim_on_cluster, claim_on_server, prepare
 from rollgate.jobs.redis_loss import REQUIRED, ReadLog, mark_lost, may_have_lost, persistence_problem, sweep_lost
 from rollgate.jobs.redis_reclaim import RestartWatch, maybe_reclaim
 
@@ -181,60 +180,12 @@ class RedisJobQueue:
             )
             if rang:
                 _, entries = await self._claim_round(consumer, count)
-        return await self._prepare(consumer, entries)
+        return await prepare(self, consumer, entries)
 
-    async def _claim_round(self, consumer: str, count: int) -> tuple[bytes, list[tuple[str, bytes, str, bool]]]:
+    async def _claim_round(self, consumer: str, count: int) -> tuple[bytes, list[Entry]]:
         if self.cluster:
             return await claim_on_cluster(self, consumer, count)
-        bell, flat = await self._call(
-            self._claim_script(
-                keys=[self._k("active"), self._k("credit"), self._k("bell")],
-                args=[self.prefix, consumer, count, int(self.visibility_timeout_s * 1000)],
-            )
-        )
-        entries = [
-            (flat[i].decode(), flat[i + 1], flat[i + 2].decode(), flat[i + 3] == b"1") for i in range(0, len(flat), 4)
-        ]
-        return bell, entries
-
-    async def _prepare(self, consumer: str, entries: list[tuple[str, bytes, str, bool]]) -> list[Claim]:
-        if not entries:
-            return []
-        async with self._r.pipeline(transaction=False) as pipe:
-            for job, _eid, key, reclaimed in entries:
-                pipe.hget(self._jk(job, "tasks"), key)
-                pipe.hexists(self._jk(job, "done"), key)
-                pipe.hincrby(self._jk(job, "attempts"), key, 1)
-                pipe.expire(self._jk(job, "attempts"), int(self.result_ttl_s))
-                if reclaimed:
-                    pipe.hincrby(self._jk(job, "stats"), "reclaimed", 1)
-            replies = await self._call(pipe.execute())
-        out: list[Claim] = []
-        i = 0
-        for job, eid, _key, reclaimed in entries:
-            raw, done, attempt = replies[i], replies[i + 1], int(replies[i + 2])
-            i += 5 if reclaimed else 4
-            delivery = eid.decode()
-            if raw is None or done:
-                # Job expired, or the task already has its record (cancel, or a slow duplicate).
-                await self._ack(job, delivery)
-                continue
-            task = TaskEnvelope.model_validate_json(raw)
-            claim = Claim(task=task, delivery_id=delivery, attempt=attempt)
-            if reclaimed:
-                log.warning(
-                    "reclaimed task %s of job %s (attempt %d)",
-                    task.key,
-                    task.job_id,
-                    attempt,
-                    extra={"job_id": task.job_id},
-                )
-            if attempt > self.max_attempts:
-                await self.complete(claim, abandoned_record(task, attempt - 1))
-                continue
-            out.append(claim)
-            self._watch.held(job, delivery, consumer)
-        return out
+        return await claim_on_server(self, consumer, count)
 
     async def _ack(self, job_id: str, delivery_id: str) -> None:
         async with self._r.pipeline(transaction=True) as pipe:

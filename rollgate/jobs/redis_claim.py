@@ -1,7 +1,7 @@
-"""Claiming on a Redis Cluster, where one script cannot read every job's stream (each job's keys
-live in a slot of their own).
+"""Claiming: one round trip on one Redis server (redis_scripts.CLAIM), and on a Redis Cluster,
+where one script cannot read every job's stream (each job's keys live in a slot of their own).
 
-One claim round: RING (the global slot) returns the active jobs from the ring's head and turns
+On a cluster, one claim round: RING (the global slot) returns the active jobs from the ring's head and turns
 the ring by one, so successive claimers start at successive jobs; the wanted count is dealt out
 over those jobs by `priority` (weighted round-robin within the round); then one CLAIM_JOB per job
 (its own slot, all in one pipeline) takes the tasks of workers presumed dead first, then new ones.
@@ -14,10 +14,15 @@ rounds each job gets tasks in proportion to its priority, as on one server."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING
+
+from rollgate.jobs.queue import Claim, TaskEnvelope, abandoned_record
 
 if TYPE_CHECKING:
     from rollgate.jobs.redis import RedisJobQueue
+
+log = logging.getLogger("rollgate.queue")
 
 Entry = tuple[str, bytes, str, bool]  # job, entry id, task key, reclaimed
 
@@ -73,3 +78,58 @@ async def claim_on_cluster(q: RedisJobQueue, consumer: str, count: int) -> tuple
     for j in gone:
         await q._call(q._r.lrem(q._k("active"), 0, j))
     return bell, out
+
+
+async def claim_on_server(q: RedisJobQueue, consumer: str, count: int) -> tuple[bytes, list[Entry]]:
+    bell, flat = await q._call(
+        q._claim_script(
+            keys=[q._k("active"), q._k("credit"), q._k("bell")],
+            args=[q.prefix, consumer, count, int(q.visibility_timeout_s * 1000)],
+        )
+    )
+    entries = [
+        (flat[i].decode(), flat[i + 1], flat[i + 2].decode(), flat[i + 3] == b"1") for i in range(0, len(flat), 4)
+    ]
+    return bell, entries
+
+
+async def prepare(q: RedisJobQueue, consumer: str, entries: list[Entry]) -> list[Claim]:
+    """Claimed entries -> the tasks to run (their attempts counted); entries of tasks that already
+    have a record are acked, and a task past the attempt limit is failed instead of run."""
+    if not entries:
+        return []
+    async with q._r.pipeline(transaction=False) as pipe:
+        for job, _eid, key, reclaimed in entries:
+            pipe.hget(q._jk(job, "tasks"), key)
+            pipe.hexists(q._jk(job, "done"), key)
+            pipe.hincrby(q._jk(job, "attempts"), key, 1)
+            pipe.expire(q._jk(job, "attempts"), int(q.result_ttl_s))
+            if reclaimed:
+                pipe.hincrby(q._jk(job, "stats"), "reclaimed", 1)
+        replies = await q._call(pipe.execute())
+    out: list[Claim] = []
+    i = 0
+    for job, eid, _key, reclaimed in entries:
+        raw, done, attempt = replies[i], replies[i + 1], int(replies[i + 2])
+        i += 5 if reclaimed else 4
+        delivery = eid.decode()
+        if raw is None or done:
+            # Job expired, or the task already has its record (cancel, or a slow duplicate).
+            await q._ack(job, delivery)
+            continue
+        task = TaskEnvelope.model_validate_json(raw)
+        claim = Claim(task=task, delivery_id=delivery, attempt=attempt)
+        if reclaimed:
+            log.warning(
+                "reclaimed task %s of job %s (attempt %d)",
+                task.key,
+                task.job_id,
+                attempt,
+                extra={"job_id": task.job_id},
+            )
+        if attempt > q.max_attempts:
+            await q.complete(claim, abandoned_record(task, attempt - 1))
+            continue
+        out.append(claim)
+        q._watch.held(job, delivery, consumer)
+    return out
