@@ -8,6 +8,7 @@ Keys under `{prefix}` (one Redis server, or a Redis Cluster with a `redis+cluste
   {prefix}:{{prefix}}:credit   tasks the job at the ring's head may still give before it rotates
   {prefix}:{{prefix}}:bell     a short stream a submit rings, so idle workers wake at once
   {prefix}:{{prefix}}:jobs     ZSET of job ids by creation time (the job list)
+  {prefix}:{{prefix}}:prio     HASH job -> priority of the jobs in the ring (claiming on a cluster)
   {prefix}:{job:<id>}:stream   one entry per task {key}; consumer group "workers"
   {prefix}:{job:<id>}:spec     JobSpec JSON      ...:tasks    HASH key -> TaskEnvelope JSON
   {prefix}:{job:<id>}:done     HASH key -> 1     ...:results  LIST of stored records
@@ -83,6 +84,7 @@ class RedisJobQueue:
         self._touch = batch.wrap(self._r.register_script(lua.TOUCH))
         self._claim_script = batch.wrap(self._r.register_script(lua.CLAIM))
         self._ring = batch.wrap(self._r.register_script(lua.RING))
+        self._leave = batch.wrap(self._r.register_script(lua.LEAVE))
         self._claim_job = batch.wrap(self._r.register_script(lua.CLAIM_JOB))
         self._specs: dict[str, JobSpec] = {}
         self._last_state: dict[str, str] = {}  # job -> the state this process last read
@@ -163,8 +165,8 @@ class RedisJobQueue:
         keys = [self._jk(j, "tasks"), self._jk(j, "spec"), self._jk(j, "stats"), self._jk(j, "stream")]
         await self._call(self._submit(keys=keys, args=args))
         # Listed and claimable only once all of its tasks are stored.
-        admit = [self._k("jobs"), self._k("active"), self._k("bell")]
-        await self._call(self._admit(keys=admit, args=[j, spec.created_at]))
+        admit = [self._k("jobs"), self._k("active"), self._k("bell"), self._k("prio")]
+        await self._call(self._admit(keys=admit, args=[j, spec.created_at, spec.priority]))
         self._remember(spec)  # this gateway can then tell the job's loss from an unknown job
 
     # consumer side ----------------------------------------------------------------------
@@ -186,6 +188,9 @@ class RedisJobQueue:
         if self.cluster:
             return await claim_on_cluster(self, consumer, count)
         return await claim_on_server(self, consumer, count)
+
+    async def _leave_ring(self, job_id: str) -> None:
+        await self._call(self._leave(keys=[self._k("active"), self._k("prio")], args=[job_id]))
 
     async def _ack(self, job_id: str, delivery_id: str) -> None:
         async with self._r.pipeline(transaction=True) as pipe:
@@ -241,7 +246,7 @@ class RedisJobQueue:
             )
         )
         if finished:  # the ring is in another slot: a second call, once per job
-            await self._call(self._r.lrem(self._k("active"), 0, job_id))
+            await self._leave_ring(job_id)
         return bool(pos)
 
     async def complete(self, claim: Claim, record: dict[str, Any]) -> bool:
@@ -263,7 +268,7 @@ class RedisJobQueue:
                 repr(time.time()),
             )
         )
-        await self._call(self._r.lrem(self._k("active"), 0, job_id))
+        await self._leave_ring(job_id)
         keys = await self._call(self._r.hkeys(self._jk(job_id, "tasks")))
         done = set(await self._call(self._r.hkeys(self._jk(job_id, "done"))))
         missing = [k for k in keys if k not in done]

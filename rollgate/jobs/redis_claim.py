@@ -1,15 +1,14 @@
 """Claiming: one round trip on one Redis server (redis_scripts.CLAIM), and on a Redis Cluster,
 where one script cannot read every job's stream (each job's keys live in a slot of their own).
 
-On a cluster, one claim round: RING (the global slot) returns the active jobs from the ring's head and turns
-the ring by one, so successive claimers start at successive jobs; the wanted count is dealt out
-over those jobs by `priority` (weighted round-robin within the round); then one CLAIM_JOB per job
-(its own slot, all in one pipeline) takes the tasks of workers presumed dead first, then new ones.
-What a drained job could not give goes to the jobs that gave all they were asked, for up to
-three deals. Jobs that are no longer claimable leave the ring.
-
-Fairness is per claim round rather than the single server's credit kept across calls: over many
-rounds each job gets tasks in proportion to its priority, as on one server."""
+On a cluster, one claim round: RING (the global slot) deals the wanted count over the ring of
+active jobs exactly as the one-server script does (the job at the head gives up to its priority,
+its credit kept across calls and workers, then moves to the back), from the priorities recorded
+at admission; then one CLAIM_JOB per dealt job (its own slot, all in one pipeline) takes the tasks
+of workers presumed dead first, then new ones. What a drained job could not give is dealt again
+to the others, by priority in ring order, for up to three rounds. Jobs that are no longer
+claimable leave the ring. A drained job keeps its place and credit, as on one server.
+"""
 
 from __future__ import annotations
 
@@ -44,39 +43,40 @@ def deal(jobs: list[str], weights: dict[str, int], want: int) -> dict[str, int]:
 
 
 async def claim_on_cluster(q: RedisJobQueue, consumer: str, count: int) -> tuple[bytes, list[Entry]]:
-    bell, raw_jobs = await q._call(q._ring(keys=[q._k("active"), q._k("bell")], args=[]))
-    jobs = list(dict.fromkeys(j.decode() for j in raw_jobs))
+    keys = [q._k("active"), q._k("credit"), q._k("bell"), q._k("prio")]
+    bell, flat, raw_ring = await q._call(q._ring(keys=keys, args=[count]))
+    shares = {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+    ring = list(dict.fromkeys(j.decode() for j in raw_ring))
     weights = q._priorities  # learnt from CLAIM_JOB's answers (a job's priority never changes)
     if len(weights) > 10_000:
         weights.clear()
     idle = int(q.visibility_timeout_s * 1000)
     out: list[Entry] = []
+    drained: set[str] = set()
     gone: list[str] = []
     for _ in range(MAX_DEALS):
-        want = count - len(out)
-        shares = deal(jobs, weights, want)
-        if not shares:
-            break
         calls = [
             q._claim_job(keys=[q._jk(j, "stream"), q._jk(j, "stats")], args=[consumer, n, idle])
             for j, n in shares.items()
         ]
-        full: list[str] = []
         for (j, n), got in zip(shares.items(), await q._call(asyncio.gather(*calls)), strict=True):
             if got[0] == 0:
                 gone.append(j)
+                drained.add(j)
                 continue
             flat = got[1]
             weights[j] = int(got[2])
             for i in range(0, len(flat), 3):
                 out.append((j, flat[i], flat[i + 1].decode(), flat[i + 2] == b"1"))
-            if len(flat) // 3 >= n:
-                full.append(j)  # it may have more
-        jobs = full
-        if len(out) >= count:
+            if len(flat) // 3 < n:
+                drained.add(j)
+        left = count - len(out)
+        # What drained jobs could not give goes to the others, by priority, in ring order.
+        shares = deal([j for j in ring if j not in drained], weights, left) if left > 0 else {}
+        if not shares:
             break
     for j in gone:
-        await q._call(q._r.lrem(q._k("active"), 0, j))
+        await q._leave_ring(j)
     return bell, out
 
 

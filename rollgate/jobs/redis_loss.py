@@ -139,7 +139,7 @@ async def mark_lost(q: RedisJobQueue, spec: JobSpec, missing: list[str]) -> None
     log.error("job %s: %s", j, message, extra={"job_id": j})
     # The queue's global keys (their own slot): listed again if the list was lost, never claimed.
     await q._call(q._r.zadd(q._k("jobs"), {j: spec.created_at}))
-    await q._call(q._r.lrem(q._k("active"), 0, j))
+    await q._leave_ring(j)
     # One at a time: positions follow the order of the calls.
     for key in [*again, *rest]:
         await q._store(j, key, lost_record(spec, key, tasks.get(key), message))

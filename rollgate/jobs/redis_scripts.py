@@ -25,10 +25,11 @@ return 1
 """
 
 # Then the job joins the queue's global keys (their own slot): it is listed and claimable, and
-# idle workers wake. KEYS: jobs, active, bell ; ARGV: job id, created_at
+# idle workers wake. KEYS: jobs, active, bell, prio ; ARGV: job id, created_at, priority
 ADMIT = """
 redis.call('ZADD', KEYS[1], tonumber(ARGV[2]), ARGV[1])
 redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', 100, '*', 'job', ARGV[1])
 return 1
 """
@@ -136,14 +137,38 @@ end
 return n
 """
 
-# Cluster claiming, step 1 (the global slot): the active jobs from the ring's head, then the ring
-# turns by one so that the next claimer starts at the next job.
-# KEYS: active, bell -> {the bell's last id, {job, ...}}
+# Cluster claiming, step 1 (the global slot): deal COUNT tasks over the ring as CLAIM does on one
+# server (the job at the head gives up to its priority, its credit kept across calls and
+# workers, then moves to the back), from the priorities ADMIT recorded, without reading streams.
+# KEYS: active, credit, bell, prio ; ARGV: count
+# -> {the bell's last id, {job, share, ...}, the ring after the deal}
 RING = """
-local jobs = redis.call('LRANGE', KEYS[1], 0, -1)
-if #jobs > 1 then redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT') end
-local bell = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-return {(bell[1] and bell[1][1]) or '0-0', jobs}
+local left, n = tonumber(ARGV[1]), redis.call('LLEN', KEYS[1])
+local credit = tonumber(redis.call('GET', KEYS[2]) or '0')
+local shares, order, steps = {}, {}, 0
+while left > 0 and n > 0 and steps < tonumber(ARGV[1]) + n do
+  local job = redis.call('LINDEX', KEYS[1], 0)
+  if credit <= 0 then credit = tonumber(redis.call('HGET', KEYS[4], job) or '1') or 1 end
+  local take = math.min(credit, left)
+  if not shares[job] then shares[job] = 0; order[#order + 1] = job end
+  shares[job] = shares[job] + take
+  left = left - take
+  credit = credit - take
+  if credit <= 0 then redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT'); credit = 0 end
+  steps = steps + 1
+end
+redis.call('SET', KEYS[2], credit)
+local out = {}
+for _, j in ipairs(order) do out[#out + 1] = j; out[#out + 1] = shares[j] end
+local bell = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
+return {(bell[1] and bell[1][1]) or '0-0', out, redis.call('LRANGE', KEYS[1], 0, -1)}
+"""
+
+# A job leaves the ring (finished, cancelled, expired or lost). KEYS: active, prio ; ARGV: job id
+LEAVE = """
+redis.call('LREM', KEYS[1], 0, ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+return 1
 """
 
 # Step 2 (one job's slot): tasks of workers presumed dead first, then new ones, up to COUNT.
