@@ -83,7 +83,7 @@ async def claim_on_cluster(q: RedisJobQueue, consumer: str, count: int) -> tuple
 async def claim_on_server(q: RedisJobQueue, consumer: str, count: int) -> tuple[bytes, list[Entry]]:
     bell, flat = await q._call(
         q._claim_script(
-            keys=[q._k("active"), q._k("credit"), q._k("bell")],
+            keys=[q._k("active"), q._k("credit"), q._k("bell"), q._k("prio")],
             args=[q.prefix, consumer, count, int(q.visibility_timeout_s * 1000)],
         )
     )

@@ -38,7 +38,7 @@ return 1
 # up to `priority` tasks (its credit, kept across calls and workers), then moves to the back.
 # Tasks of workers presumed dead (idle past the visibility timeout) are taken over first.
 # One Redis server only: it names the per-job streams it reads from the active list.
-# KEYS: active, credit, bell ; ARGV: prefix, consumer, count, visibility timeout in ms
+# KEYS: active, credit, bell, prio ; ARGV: prefix, consumer, count, visibility timeout in ms
 # -> {the bell's last id, {job, entry id, key, reclaimed 0|1, ...}}
 CLAIM = """
 local prefix, consumer, want, idle = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
@@ -69,13 +69,16 @@ while got_n < want and empty < n do
   end
   local take = math.min(credit, want - got_n)
   local got = redis.pcall('XREADGROUP', 'GROUP', 'workers', consumer, 'COUNT', take, 'STREAMS', stream(job), '>')
-  if type(got) == 'table' and got.err then
-    -- its stream is gone (the job expired, or Redis lost it): drop it from the ring
+  local gone = type(got) == 'table' and got.err
+  local items = (not gone and got and got[1] and got[1][2]) or {}
+  if gone or (#items == 0 and redis.call('HGET', jk(job, 'stats'), 'state') ~= 'running') then
+    -- its stream is gone (the job expired, or Redis lost it), or it is no longer running and a
+    -- crash kept it from leaving: drop it from the ring
     redis.call('LREM', KEYS[1], 1, job)
+    redis.call('HDEL', KEYS[4], job)
     n = n - 1
     credit = 0
   else
-    local items = (got and got[1] and got[1][2]) or {}
     for _, e in ipairs(items) do add(job, e, '0') end
     credit = credit - #items
     if #items == 0 then empty = empty + 1 else empty = 0 end

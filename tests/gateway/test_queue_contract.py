@@ -246,3 +246,22 @@ async def test_redis_queue_recovers_when_its_stream_disappears(redis_url, redis_
     finally:
         await q.clear()
         await q.close()
+
+
+async def test_a_finished_job_left_in_the_ring_by_a_crash_leaves_it_at_the_next_claim(redis_url, redis_prefix):
+    from rollgate.jobs.redis import RedisJobQueue
+
+    q = RedisJobQueue(redis_url, prefix=redis_prefix)
+    try:
+        spec, tasks = make_job("job_ring", 1)
+        await q.submit(spec, tasks)
+        [c] = await q.claim("w", 1, block_s=0.1)
+        assert await q.complete(c, ok_record(c.task))
+        # The worker that finished it died before taking it out of the ring (a second call).
+        await q._r.rpush(q._k("active"), "job_ring")
+        assert await q.claim("w", 1, block_s=0.05) == []
+        assert await q._r.lrange(q._k("active"), 0, -1) == []
+        assert await q.queued() == 0
+    finally:
+        await q.clear()
+        await q.close()
