@@ -161,6 +161,8 @@ async def sweep_lost(q: RedisJobQueue) -> int:
         elif await q._lost(j, missing):
             q._last_state[j] = "failed"
             found += 1
+        elif state is None:  # expired by its TTL (or never this process's to watch): stop looking
+            q._last_state[j] = "gone"
     return found
 
 
