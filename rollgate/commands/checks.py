@@ -71,16 +71,22 @@ async def check_redis(url: str | None, timeout_s: float) -> CheckResult:
     if not url:
         return ok("redis", "not configured: sessions and the job queue are in memory (embedded shape only)")
     import redis.asyncio as aioredis
-    from redis.exceptions import AuthenticationError, RedisError
+    from redis.exceptions import AuthenticationError, RedisClusterException, RedisError
+
+    from rollgate.core.redis_client import cluster_client, is_cluster_url
 
     shown = redact(url)
     try:
-        client = aioredis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
+        if is_cluster_url(url):
+            client = cluster_client(url, max_connections=4, socket_timeout=timeout_s)
+        else:
+            client = aioredis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
     except ValueError as exc:
         return fail(
             "redis",
             f"redis URL {shown} is malformed: {exc}",
-            "use redis://HOST:PORT/DB (or rediss:// for TLS) in --redis-url / ROLLGATE_REDIS_URL",
+            "use redis://HOST:PORT/DB (or rediss:// for TLS; redis+cluster://HOST:PORT,HOST:PORT for a "
+            "Redis Cluster) in --redis-url / ROLLGATE_REDIS_URL",
         )
     started = time.perf_counter()
     try:
@@ -93,7 +99,7 @@ async def check_redis(url: str | None, timeout_s: float) -> CheckResult:
             f"{shown} refused the credentials: {exc}",
             "put the right password in the URL (redis://:PASSWORD@HOST:PORT/0)",
         )
-    except (RedisError, OSError) as exc:
+    except (RedisError, RedisClusterException, OSError) as exc:
         return fail(
             "redis",
             f"cannot reach {shown}: {describe_error(exc)}",

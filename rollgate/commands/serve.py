@@ -79,7 +79,8 @@ def add_common_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--redis-url",
         metavar="URL",
-        help="Redis for sessions and the job queue (distributed shape); default: in-memory",
+        help="Redis for sessions and the job queue (distributed shape): redis://HOST:PORT/DB, or "
+        "redis+cluster://HOST:PORT[,HOST:PORT...] for a Redis Cluster; default: in-memory",
     )
 
 

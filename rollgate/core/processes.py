@@ -108,7 +108,7 @@ class RedisProcess:
     (as the shipped compose and k8s Redis do) into a data folder it removes on `close()`. Fault
     tests restart it and soak runs read its memory without touching a shared Redis."""
 
-    def __init__(self, port: int, *, data_dir: Path | None = None, appendfsync: str = "everysec"):
+    def __init__(self, port: int, *, data_dir: Path | None = None, appendfsync: str = "everysec", persist: bool = True):
         import tempfile
 
         self.port = port
@@ -116,6 +116,7 @@ class RedisProcess:
         self._own_dir = data_dir is None
         self.data_dir = Path(tempfile.mkdtemp(prefix="rollgate-redis-")) if data_dir is None else data_dir
         self.appendfsync = appendfsync
+        self.persist = persist  # False: no AOF, no snapshots (a restart loses everything)
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -127,7 +128,10 @@ class RedisProcess:
         import redis
 
         args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data_dir)]
-        args += ["--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", ""]
+        if self.persist:
+            args += ["--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", ""]
+        else:
+            args += ["--appendonly", "no", "--save", ""]
         with open(self.data_dir / "redis.log", "ab") as log:  # the child keeps its own copy
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         client = redis.Redis.from_url(self.url, socket_connect_timeout=1)

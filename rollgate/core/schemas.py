@@ -234,6 +234,7 @@ class FailureRecord(BaseModel):
     schema_version: int = SCHEMA_VERSION
     task_id: str | None = None
     row_index: int | None = None  # the row's position in its job
+    sample_index: int | None = None  # which of the row's samples (a job's repeats)
     line: int | None = None  # the 1-based line of the task file (rollgate collect)
     job_id: str | None = None
     error: ErrorInfo

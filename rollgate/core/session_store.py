@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import secrets
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import CapacityError, NotFound
-from rollgate.core.redis_client import ScriptBatch, bounded_client, call
+from rollgate.core.redis_client import ScriptBatch, bounded_client, call, is_cluster_url
 
 T = TypeVar("T")
 Mutator = Callable[[dict[str, Any]], "T | Awaitable[T]"]
@@ -189,11 +191,22 @@ return 0
 """
 
 
+def cluster_shards(capacity: int) -> int:
+    """How many capacity shards a store on a Redis Cluster spreads its sessions over: enough to
+    spread over the primaries, few enough that each shard's share of the capacity is large
+    (shares of a few hundred vary by a few percent with random ids)."""
+    return max(1, min(64, capacity // 1000))
+
+
 class RedisSessionStore:
     """Sessions in Redis, shared by every replica of one environment.
 
-    Keys: `{prefix}:s:{id}` (JSON, PX ttl), `{prefix}:lock:{id}` (update lock, PX lease),
-    `{prefix}:live` (ZSET of ids by expiry, for the capacity limit)."""
+    Keys, per shard `{prefix}:{<prefix>#<n>}` (the hash tag puts a session's keys and its
+    shard's capacity set in one Redis Cluster slot): `...:s:{id}` (JSON, PX ttl), `...:lock:{id}`
+    (update lock, PX lease), `...:live` (ZSET of ids by expiry, for the capacity limit). One Redis
+    server has one shard; a cluster `cluster_shards(capacity)`, each holding an equal share of the
+    capacity, so every script touches one slot. A create that finds its shard full tries a few
+    other ids (other shards) first, so the store refuses only when nearly all of it is full."""
 
     def __init__(
         self,
@@ -214,6 +227,10 @@ class RedisSessionStore:
         self.lock_lease_s = lock_lease_s
         self.lock_wait_s = lock_wait_s
         self._r = client or bounded_client(url, max_connections=max_connections, wait_s=lock_wait_s, socket_timeout=10)
+        # Every replica derives the same shards from the same settings.
+        self.shards = cluster_shards(capacity) if is_cluster_url(url) else 1
+        self._shard_capacity = math.ceil(capacity / self.shards)
+        self._bases = [f"{prefix}:{{{prefix}#{n}}}" for n in range(self.shards)]
         # every script call of one loop turn shares one pipeline (redis_client.ScriptBatch)
         batch = ScriptBatch(self._r)
         self._create = batch.wrap(self._r.register_script(_CREATE))
@@ -223,31 +240,37 @@ class RedisSessionStore:
         self._delete = batch.wrap(self._r.register_script(_DELETE))
         self._take = batch.wrap(self._r.register_script(_TAKE))
 
+    def _base(self, session_id: str) -> str:
+        if self.shards == 1:
+            return self._bases[0]
+        return self._bases[zlib.crc32(session_id.encode()) % self.shards]
+
     def _k(self, session_id: str) -> str:
-        return f"{self.prefix}:s:{session_id}"
+        return f"{self._base(session_id)}:s:{session_id}"
 
     def _lk(self, session_id: str) -> str:
-        return f"{self.prefix}:lock:{session_id}"
+        return f"{self._base(session_id)}:lock:{session_id}"
 
-    @property
-    def _live_key(self) -> str:
-        return f"{self.prefix}:live"
+    def _live_key(self, session_id: str) -> str:
+        return f"{self._base(session_id)}:live"
 
     async def _call(self, coro):
         return await call(coro, component="store")
 
     async def create(self, data: dict[str, Any]) -> str:
-        sid = new_session_id()
         ttl_ms = int(self.ttl_s * 1000)
-        ok = await self._call(
-            self._create(
-                keys=[self._live_key, self._k(sid)],
-                args=[int(time.time() * 1000), self.capacity, ttl_ms, sid, jsonutil.dumps(data)],
+        raw = jsonutil.dumps(data)
+        for _ in range(1 if self.shards == 1 else 4):
+            sid = new_session_id()
+            ok = await self._call(
+                self._create(
+                    keys=[self._live_key(sid), self._k(sid)],
+                    args=[int(time.time() * 1000), self._shard_capacity, ttl_ms, sid, raw],
+                )
             )
-        )
-        if not ok:
-            raise CapacityError(f"session store is full ({self.capacity} live sessions)", component="store")
-        return sid
+            if ok:
+                return sid
+        raise CapacityError(f"session store is full ({self.capacity} live sessions)", component="store")
 
     async def get(self, session_id: str) -> dict[str, Any]:
         ttl_ms = int(self.ttl_s * 1000)
@@ -286,7 +309,7 @@ class RedisSessionStore:
             raise
         status = await self._call(
             self._commit(
-                keys=[self._k(session_id), self._lk(session_id), self._live_key],
+                keys=[self._k(session_id), self._lk(session_id), self._live_key(session_id)],
                 args=[token, jsonutil.dumps(work), int(self.ttl_s * 1000), int(time.time() * 1000), session_id],
             )
         )
@@ -301,19 +324,23 @@ class RedisSessionStore:
         return result
 
     async def delete(self, session_id: str) -> bool:
-        n = await self._call(self._delete(keys=[self._k(session_id), self._live_key], args=[session_id]))
+        n = await self._call(self._delete(keys=[self._k(session_id), self._live_key(session_id)], args=[session_id]))
         return bool(n)
 
     async def take(self, session_id: str) -> dict[str, Any]:
-        raw = await self._call(self._take(keys=[self._k(session_id), self._live_key], args=[session_id]))
+        raw = await self._call(self._take(keys=[self._k(session_id), self._live_key(session_id)], args=[session_id]))
         if raw is None:
             raise _not_found(session_id)
         return jsonutil.loads(raw)
 
     async def count(self) -> int:
         now = int(time.time() * 1000)
-        await self._call(self._r.zremrangebyscore(self._live_key, "-inf", now))
-        return int(await self._call(self._r.zcard(self._live_key)))
+        async with self._r.pipeline(transaction=False) as pipe:
+            for base in self._bases:
+                pipe.zremrangebyscore(f"{base}:live", "-inf", now)
+                pipe.zcard(f"{base}:live")
+            got = await self._call(pipe.execute())
+        return sum(int(n) for n in got[1::2])
 
     async def close(self) -> None:
         await self._r.aclose()

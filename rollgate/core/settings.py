@@ -173,7 +173,9 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8000
-    redis_url: str | None = None  # None: in-memory stores and queue (embedded)
+    # None: in-memory stores and queue (embedded); redis:// or rediss:// one server;
+    # redis+cluster://HOST:PORT[,HOST:PORT...] (rediss+cluster:// for TLS) a Redis Cluster
+    redis_url: str | None = None
     api_key: str | None = None  # bearer token; required by every role but the embedded one
     home: str = Field(default_factory=default_home)  # ROLLGATE_HOME
     log_json: bool = False

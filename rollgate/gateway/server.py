@@ -78,6 +78,9 @@ def create_gateway_app(
         while True:
             with contextlib.suppress(Exception):
                 metrics.queue_depth.set(await queue.queued())
+            # and notice by itself a running job whose state Redis lost (rollgate.jobs.redis_loss)
+            with contextlib.suppress(Exception):
+                await queue.sweep_lost()
             await asyncio.sleep(2.0)
 
     async def startup() -> None:

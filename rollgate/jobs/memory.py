@@ -259,5 +259,8 @@ class MemoryJobQueue:
     async def persistence_warning(self) -> str | None:
         return None  # the embedded shape: the queue lives and dies with the process that runs the jobs
 
+    async def sweep_lost(self) -> int:
+        return 0  # nothing to lose apart from the process itself
+
     async def close(self) -> None:
         self._work.set()

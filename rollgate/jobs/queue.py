@@ -138,28 +138,38 @@ class JobQueue(Protocol):
     ) -> list[bytes]: ...
     async def queued(self) -> int: ...
     async def persistence_warning(self) -> str | None: ...  # what a restart of the store would lose
+    async def sweep_lost(self) -> int: ...  # fail the running jobs whose state the store lost
     async def close(self) -> None: ...
 
 
 # Records are stored as one tag byte + JSON, so the results stream can be served without
-# parsing: b"t" a Trajectory, b"f" a FailureRecord.
+# parsing: b"t" a Trajectory, b"f" a FailureRecord. The Redis queue puts the task's key between
+# the tag and the JSON ("t3.1{...}"), so a reader knows which tasks it has seen records of without
+# parsing them (what a job rebuilt after Redis data loss needs: rollgate.jobs.redis_loss).
 TAG_TRAJECTORY = b"t"
 TAG_FAILURE = b"f"
 
 
-def encode_record(record: dict[str, Any]) -> tuple[bytes, str, float | None]:
+def encode_record(record: dict[str, Any], key: str | None = None) -> tuple[bytes, str, float | None]:
     """-> (stored bytes, stats label, reward or None)."""
+    head = b"" if key is None else key.encode()
     if "outcome" in record:
         outcome = str(record["outcome"])
         reward = record.get("reward")
-        return TAG_TRAJECTORY + jsonutil.dumps(record), outcome, (float(reward) if reward is not None else None)
-    return TAG_FAILURE + jsonutil.dumps(record), "failed", None
+        return TAG_TRAJECTORY + head + jsonutil.dumps(record), outcome, (float(reward) if reward is not None else None)
+    return TAG_FAILURE + head + jsonutil.dumps(record), "failed", None
 
 
 def decode_record(stored: bytes) -> tuple[str, bytes]:
     """-> ("trajectory" | "failure", JSON bytes)."""
     kind = "trajectory" if stored[:1] == TAG_TRAJECTORY else "failure"
-    return kind, stored[1:]
+    return kind, stored[stored.index(b"{", 1) :]
+
+
+def record_key(stored: bytes) -> str | None:
+    """The task key stored with a record (the Redis queue's), else None."""
+    i = stored.index(b"{", 1)
+    return stored[1:i].decode() if i > 1 else None
 
 
 def cancelled_record(task: TaskEnvelope, spec: JobSpec) -> dict[str, Any]:
@@ -183,6 +193,7 @@ def abandoned_record(task: TaskEnvelope, attempts: int) -> dict[str, Any]:
     return FailureRecord(
         task_id=task.task_id,
         row_index=task.index,
+        sample_index=task.sample_index,
         job_id=task.job_id,
         error=ErrorInfo(
             kind=ErrorKind.internal,

@@ -36,9 +36,9 @@ def worker_name() -> str:
 
 
 def failure_record(task: TaskEnvelope, info: ErrorInfo) -> dict[str, Any]:
-    return FailureRecord(task_id=task.task_id, row_index=task.index, job_id=task.job_id, error=info).model_dump(
-        mode="json", exclude_none=True
-    )
+    return FailureRecord(
+        task_id=task.task_id, row_index=task.index, sample_index=task.sample_index, job_id=task.job_id, error=info
+    ).model_dump(mode="json", exclude_none=True)
 
 
 # Outcomes caused by the infrastructure (a part failed, hung or answered garbage), not by the

@@ -35,7 +35,7 @@ async def test_burst_beyond_the_pool_waits_instead_of_failing(store):
 async def test_update_of_a_missing_session_takes_no_lock(store, redis_url):
     with pytest.raises(NotFound):
         await store.update("no-such-session", lambda r: None)
-    keys = [k async for k in store._r.scan_iter(match=f"{store.prefix}:lock:*")]
+    keys = [k async for k in store._r.scan_iter(match=f"{store.prefix}:*:lock:*")]
     assert keys == []
 
 

@@ -34,7 +34,7 @@ SETTINGS = {
 
 
 class FaultCluster:
-    def __init__(self, log_dir: Path, *, agent_concurrency: int = 8):
+    def __init__(self, log_dir: Path, *, agent_concurrency: int = 8, settings: dict[str, str] | None = None):
         self.token = "faults-" + uuid.uuid4().hex[:8]
         self.log_dir = log_dir
         self.redis = RedisProcess(free_port())
@@ -55,7 +55,7 @@ class FaultCluster:
                     rollgate_cmd(*s.command(i)),
                     s.replica_ports[i],
                     name=f"{s.name}-{i}",
-                    env={**s.env, **SETTINGS},
+                    env={**s.env, **(SETTINGS if settings is None else settings)},
                     log_path=log_dir / f"{s.name}-{i}.log",
                 )
                 for i in range(s.replicas)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from rollgate.client.gateway import RolloutClient
-from tests.faults.cluster import START_TIMEOUT_S, FaultCluster
+from tests.faults.cluster import SETTINGS, START_TIMEOUT_S, FaultCluster
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(900)]
 
@@ -99,6 +99,13 @@ def crash_redis(c: FaultCluster) -> None:
     c.redis.restart(signal.SIGKILL, down_s=2.0)
 
 
+def crash_redis_for_5s(c: FaultCluster) -> None:
+    # Down long enough that workers give up storing the records of episodes that end meanwhile:
+    # their claims stay pending under live workers, which must give them back once Redis returns
+    # rather than leave them to the visibility timeout (rollgate.jobs.redis_reclaim).
+    c.redis.restart(signal.SIGKILL, down_s=5.0)
+
+
 # case -> (fault, the job's retry_errors). The case without retries shows the failures that the
 # retries absorb elsewhere: typed, with no reward.
 CASES: dict[str, tuple[Callable[[FaultCluster], None], int]] = {
@@ -154,9 +161,31 @@ def record_key(record: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_task_yields_exactly_one_record_through_the_fault(healed, case):
+    action, retry_errors = CASES[case]
+    run_case(healed, case, action, retry_errors)
+
+
+@pytest.fixture(scope="module")
+def default_timeouts(tmp_path_factory):
+    """The shape with the default visibility timeout (60 s), where a claim left to it shows."""
+    settings = {k: v for k, v in SETTINGS.items() if k != "ROLLGATE_GATEWAY__VISIBILITY_TIMEOUT_S"}
+    c = FaultCluster(tmp_path_factory.mktemp("fault-logs-defaults"), settings=settings)
+    try:
+        yield c.start()
+    finally:
+        c.close()
+
+
+def test_claims_lost_with_a_redis_crash_are_reclaimed_within_seconds_at_default_settings(default_timeouts):
+    row = run_case(default_timeouts, "redis_sigkill_5s_default_visibility", crash_redis_for_5s, RETRY_ERRORS)
+    assert row["seconds"] < 45, f"the job took {row['seconds']}s: lost claims waited for the 60 s visibility timeout"
+
+
+def run_case(
+    healed: FaultCluster, case: str, action: Callable[[FaultCluster], None], retry_errors: int
+) -> dict[str, Any]:
     rows = task_rows(case, TASKS)
     client = RolloutClient(healed.gateway_url, api_key=healed.token, timeout_s=30, max_reconnects=40)
-    action, retry_errors = CASES[case]
     fault = Fault(healed, action)
     fault.start()
     started = time.monotonic()
@@ -229,3 +258,4 @@ def test_every_task_yields_exactly_one_record_through_the_fault(healed, case):
             assert r["reward"] is None and r["error"]["kind"] and r["error"]["component"], r
         failed = r.get("metrics", {}).get("attempt_errors", [])
         assert len(failed) == r["attempts"] - 1 and all(e["outcome"] in INFRA for e in failed), r
+    return row

@@ -236,13 +236,32 @@ async def test_redis_queue_recovers_when_its_stream_disappears(redis_url, redis_
     try:
         spec, tasks = make_job("job_before", 1)
         await q.submit(spec, tasks)
-        await q._r.delete(f"{redis_prefix}:job:job_before:stream")  # e.g. evicted under memory pressure
+        await q._r.delete(q._jk("job_before", "stream"))  # e.g. evicted under memory pressure
         spec, tasks = make_job("job_after", 1)
         await q.submit(spec, tasks)
         claims = await q.claim("w", 5, block_s=0.2)
         assert [c.task.job_id for c in claims] == ["job_after"]
         lost = await q.progress("job_before")  # noticed, not left running (tests/gateway/test_lost_state.py)
         assert lost.state == "failed" and lost.done == 1 and "stream" in lost.error
+    finally:
+        await q.clear()
+        await q.close()
+
+
+async def test_a_finished_job_left_in_the_ring_by_a_crash_leaves_it_at_the_next_claim(redis_url, redis_prefix):
+    from rollgate.jobs.redis import RedisJobQueue
+
+    q = RedisJobQueue(redis_url, prefix=redis_prefix)
+    try:
+        spec, tasks = make_job("job_ring", 1)
+        await q.submit(spec, tasks)
+        [c] = await q.claim("w", 1, block_s=0.1)
+        assert await q.complete(c, ok_record(c.task))
+        # The worker that finished it died before taking it out of the ring (a second call).
+        await q._r.rpush(q._k("active"), "job_ring")
+        assert await q.claim("w", 1, block_s=0.05) == []
+        assert await q._r.lrange(q._k("active"), 0, -1) == []
+        assert await q.queued() == 0
     finally:
         await q.clear()
         await q.close()
