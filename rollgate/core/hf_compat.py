@@ -21,4 +21,6 @@ def cache_kwarg(model: Any) -> str:
 def output_cache(out: Any) -> Any:
     """The KV cache a forward returned: `out.cache` in transformers 5.2x (reading the deprecated
     `past_key_values` there warns), `out.past_key_values` before."""
-    return out["cache"] if "cache" in out else out.past_key_values
+    if "cache" in out:  # not out.get("cache", out.past_key_values): that reads the old name, and warns
+        return out["cache"]
+    return out.past_key_values
