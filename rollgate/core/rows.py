@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest
+from rollgate.core.row_params import ParamError, check_params
 from rollgate.core.schemas import TaskRow
 
 
@@ -88,6 +89,11 @@ def parse_row(
             e = exc.errors()[0]
             field = at(".".join(str(x) for x in e.get("loc", ())))
             raise BadRequest(f"{field}: {e.get('msg')}", component=component, field=field) from None
+        try:
+            check_params(row.responses_create_params)
+        except ParamError as exc:
+            field = at(f"responses_create_params.{exc.field}")
+            raise BadRequest(f"{field}: {exc.message}", component=component, field=field) from None
     name = row.env or env
     if name is None:
         raise BadRequest(
