@@ -17,6 +17,7 @@ from typing import Any
 from rollgate.core.errors import BadRequest, ContextExhausted, NotFound, RollgateError
 from rollgate.core.metrics import Metrics
 from rollgate.model_server import sse
+from rollgate.model_server.admission import Admission
 from rollgate.model_server.backend import Backend, CallContext, PassthroughBackend, SamplingParams
 from rollgate.model_server.calls import Call, Choice, apply_stop, forwarded, merge
 from rollgate.model_server.capture import CaptureStore
@@ -62,6 +63,7 @@ class ModelService:
         tokenizer = getattr(backend, "tokenizer", None)
         self.prompts = PromptBuilder(tokenizer) if tokenizer is not None else None
         self.max_context = max_context_tokens or getattr(backend, "max_context", None)
+        self.admission = Admission(tokenizer, self.max_context)  # large prompts are prepared off the loop
         self.captures = captures if captures is not None else CaptureStore()
         self.responses = responses if responses is not None else ResponseStore()
 
@@ -94,7 +96,7 @@ class ModelService:
                 self._validate(request)  # a hosted API handles previous_response_id and text.format
                 out = await self.backend.forward(request)  # type: ignore[union-attr]
             else:
-                call = self.prepare(request, training=training, session=session)
+                call = await self.admission.run(request, self.prepare, request, training=training, session=session)
                 [choice] = await self.complete(call, count=False)
                 out = self._respond(call, choice)
                 self._store(call, out)
@@ -117,7 +119,7 @@ class ModelService:
             # no token stream here: generate first, then stream the complete response's events
             return _iterate(sse.events(await self.create(request, training=training, session=session)))
         try:
-            call = self.prepare(request, training=training, session=session)
+            call = await self.admission.run(request, self.prepare, request, training=training, session=session)
             self._check_capacity()
         except RollgateError as exc:
             self._count("bad_request" if exc.status < 500 else "error")
@@ -211,6 +213,13 @@ class ModelService:
                 f"model {req.model!r} is not served here; served: {sorted(self.model_names)}",
                 component=COMPONENT,
                 field="model",
+            )
+        if self.max_context is not None and (req.max_output_tokens or 0) > self.max_context:
+            raise BadRequest(
+                f"max_output_tokens: {req.max_output_tokens} is more than the model's context of "
+                f"{self.max_context} tokens",
+                component=COMPONENT,
+                field="max_output_tokens",
             )
         return req
 
