@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollgate.core.schemas import MAX_JSON_INT
-
 ROLES = ("system", "developer", "user", "assistant")
 PART_TYPES = ("input_text", "output_text", "text", "refusal", "summary_text", "reasoning_text")
 TOOL_CHOICES = ("auto", "none", "required")
 MAX_OUTPUT_TOKENS = 1_000_000  # as a job's sampling override (SamplingOverrides)
+MAX_JSON_INT = 2**53 - 1  # as rollgate.core.schemas (which imports this module)
 
 
 class ParamError(ValueError):
@@ -120,3 +119,68 @@ def _integer(params: dict[str, Any], name: str, *, low: int, high: int) -> None:
         value = int(value)  # 3.0 is an integer in JSON
     if type(value) is not int or not low <= value <= high:
         raise ParamError(name, f"must be an integer in [{low}, {high}]")
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+_PART = {
+    "type": "object",
+    "required": ["type"],
+    "properties": {"type": {"enum": list(PART_TYPES)}, "text": {"type": "string"}},
+}
+_CONTENT = {"anyOf": [{"type": "string"}, {"type": "array", "items": _PART}]}
+_ITEM = {
+    "anyOf": [
+        {
+            "type": "object",
+            "required": ["role", "content"],
+            "properties": {"type": {"const": "message"}, "role": {"enum": list(ROLES)}, "content": _CONTENT},
+        },
+        {
+            "type": "object",
+            "required": ["type", "name", "arguments"],
+            "properties": {
+                "type": {"const": "function_call"},
+                "name": {"type": "string", "minLength": 1},
+                "arguments": {"type": "string"},
+            },
+        },
+        {
+            "type": "object",
+            "required": ["type", "output"],
+            "properties": {"type": {"const": "function_call_output"}, "output": _CONTENT},
+        },
+        {"type": "object", "required": ["type"], "properties": {"type": {"const": "reasoning"}}},
+    ]
+}
+_TOOL = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "type": {"const": "function"},
+        "name": {"type": "string", "minLength": 1},
+        "parameters": _nullable({"type": "object"}),
+        "description": _nullable({"type": "string"}),
+    },
+}
+
+# What check_params enforces, for the JSON schema (OpenAPI) of every route that takes a row.
+PARAMS_SCHEMA: dict[str, Any] = {
+    "required": ["input"],
+    "properties": {
+        "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": _ITEM}]},
+        "tools": _nullable({"type": "array", "items": _TOOL}),
+        "instructions": _nullable({"type": "string"}),
+        "model": _nullable({"type": "string"}),
+        "parallel_tool_calls": _nullable({"type": "boolean"}),
+        "stream": _nullable({"type": "boolean"}),
+        "tool_choice": {"anyOf": [{"enum": list(TOOL_CHOICES)}, {"type": "object"}, {"type": "null"}]},
+        "temperature": _nullable({"type": "number", "minimum": 0, "maximum": 2}),
+        "top_p": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": 1}),
+        "max_output_tokens": _nullable({"type": "integer", "minimum": 1, "maximum": MAX_OUTPUT_TOKENS}),
+        "seed": _nullable({"type": "integer", "minimum": -MAX_JSON_INT, "maximum": MAX_JSON_INT}),
+        "metadata": _nullable({"type": "object", "additionalProperties": {"type": "string"}}),
+    },
+}
