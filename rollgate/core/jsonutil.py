@@ -27,13 +27,16 @@ def loads(data: bytes | str) -> Any:
 MAX_DEPTH = 64
 
 
-def too_deep(value: Any, raw: bytes | None = None, *, max_depth: int = MAX_DEPTH) -> str | None:
+def too_deep(value: Any, raw: bytes | str | None = None, *, max_depth: int = MAX_DEPTH) -> str | None:
     """The path (e.g. `tasks[0].row`) where `value` nests deeper than `max_depth`, else None.
 
     `raw`, the JSON it was parsed from, makes the common case free: a body with no more than
     `max_depth` brackets in all cannot nest deeper (a C-speed count; brackets in strings only
     make the bound looser)."""
-    if raw is not None and raw.count(b"[") + raw.count(b"{") <= max_depth:
+    if isinstance(raw, str):
+        if raw.count("[") + raw.count("{") <= max_depth:
+            return None
+    elif raw is not None and raw.count(b"[") + raw.count(b"{") <= max_depth:
         return None
     if type(value) is not dict and type(value) is not list:
         return None
