@@ -28,6 +28,7 @@ from rollgate.core.schemas import ErrorKind
 log = logging.getLogger("rollgate.http")
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+_BODILESS = frozenset(("GET", "HEAD", "OPTIONS", "DELETE"))
 
 
 class FastJSONResponse(JSONResponse):
@@ -68,6 +69,7 @@ class BodySizeLimit:
             await self.app(scope, receive, send)
             return
         limit = self.per_path.get(scope["path"], self.max_body_bytes) if self.per_path else self.max_body_bytes
+        chunked = False
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if value.isdigit() and int(value) > limit:
@@ -76,7 +78,12 @@ class BodySizeLimit:
                 # The server delivers no more than the declared length: nothing to count.
                 await self.app(scope, receive, send)
                 return
-        await self._counted(scope, receive, send, limit)
+            if name == b"transfer-encoding":
+                chunked = True
+        if chunked or scope["method"] not in _BODILESS:
+            await self._counted(scope, receive, send, limit)
+        else:  # no length, not chunked: HTTP/1.1 says there is no body (a plain GET)
+            await self.app(scope, receive, send)
 
     async def _counted(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         """A body of no declared length: count its bytes as they arrive. Past the limit, the

@@ -19,7 +19,7 @@ LIMIT = 1024 * 1024
 def url():
     app = make_app("limits", component="test", max_body_bytes=LIMIT)
 
-    @app.post("/plain")
+    @app.api_route("/plain", methods=["GET", "POST"])
     async def plain(request: Request) -> dict:
         body = await request.body()
         return {"bytes": len(body)}
@@ -54,3 +54,9 @@ def test_a_chunked_body_within_the_limit_is_read_whole(url, path):
 def test_a_declared_body_past_the_limit_is_refused_before_it_is_read(url):
     resp = httpx.post(url + "/plain", content=b"x" * (LIMIT + 1), timeout=30)
     assert resp.status_code == 413 and f"request body of {LIMIT + 1} bytes" in resp.json()["error"]["message"]
+
+
+def test_a_chunked_body_on_a_get_is_counted_too(url):
+    # a GET has no body unless it says so: one sent chunked is still bounded
+    resp = httpx.request("GET", url + "/plain", content=chunks(8 * LIMIT), timeout=30)
+    assert resp.status_code == 413, resp.text
