@@ -1,4 +1,5 @@
-"""A task row's `responses_create_params`, checked where the row comes in (parse_row).
+"""A task row's `responses_create_params`, checked wherever a TaskRow is validated (parse_row at
+every edge, a trainer's rows, `rollgate tasks`).
 
 The agent sends these fields to the model server on every turn of every sample: a row whose
 `input` holds a bare number, or whose `tools` is a string, would fail there (or in the agent)

@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from rollgate.core.row_params import PARAMS_SCHEMA
+from rollgate.core.row_params import PARAMS_SCHEMA, check_params
 
 SCHEMA_VERSION = 3  # 2: row_index and attempts on Trajectory, row_index on FailureRecord; 3: segmented
 
@@ -107,6 +107,7 @@ class TaskRow(BaseModel):
             raise ValueError("responses_create_params.input is required")
         if not isinstance(inp, (str, list)):
             raise ValueError("responses_create_params.input must be a string or a list of items")
+        check_params(params)  # a ParamError naming the field (parse_row reports it with the row's path)
         return params
 
     @property
