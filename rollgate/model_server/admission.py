@@ -31,6 +31,8 @@ class Admission:
 
     async def run(self, body: Any, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)`, the preparation of `body`: inline, or on the pool when large."""
+        if self.tokenizer is None:  # nothing to template or tokenize here (a scripted or forwarding backend)
+            return fn(*args, **kwargs)
         size = text_size(body, stop_at=self.inline_chars)
         if size <= self.inline_chars:
             return fn(*args, **kwargs)
