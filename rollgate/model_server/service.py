@@ -71,6 +71,7 @@ class ModelService:
         return self.backend.ready()
 
     async def aclose(self) -> None:
+        self.admission.pool.close()
         await self.backend.aclose()
 
     def models(self) -> dict[str, Any]:
