@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException
 from starlette.routing import Mount, compile_path
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rollgate.core import jsonutil
 from rollgate.core.channel import CHANNEL_PATH, NOT_HERE, serve_channel
@@ -28,6 +28,7 @@ from rollgate.core.schemas import ErrorKind
 log = logging.getLogger("rollgate.http")
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+_BODILESS = frozenset(("GET", "HEAD", "OPTIONS", "DELETE"))
 
 
 class FastJSONResponse(JSONResponse):
@@ -45,7 +46,8 @@ def error_response(err: RollgateError) -> JSONResponse:
 
 
 class BodySizeLimit:
-    """Refuse a declared body over the limit with 413 before it is read.
+    """Refuse a body over the limit with 413: a declared one (Content-Length) before it is read,
+    a streamed one (chunked) as soon as the bytes received pass the limit, without reading the rest.
 
     A plain ASGI middleware: Starlette's `@app.middleware("http")` runs every request through a
     task group and a streamed response, which cost more than the rest of a small request."""
@@ -57,23 +59,59 @@ class BodySizeLimit:
         # Paths with a limit of their own (e.g. a weights upload); shared with app.state.body_limits.
         self.per_path = per_path if per_path is not None else {}
 
+    def _too_large(self, size: str, limit: int) -> PayloadTooLarge:
+        return PayloadTooLarge(
+            f"request body of {size} bytes exceeds the limit of {limit}", component=self.component, field="body"
+        )
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            limit = self.per_path.get(scope["path"], self.max_body_bytes) if self.per_path else self.max_body_bytes
-            for name, value in scope["headers"]:
-                if name == b"content-length":
-                    if value.isdigit() and int(value) > limit:
-                        resp = error_response(
-                            PayloadTooLarge(
-                                f"request body of {value.decode()} bytes exceeds the limit of {limit}",
-                                component=self.component,
-                                field="body",
-                            )
-                        )
-                        await resp(scope, receive, send)
-                        return
-                    break
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.per_path.get(scope["path"], self.max_body_bytes) if self.per_path else self.max_body_bytes
+        chunked = False
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                if value.isdigit() and int(value) > limit:
+                    await error_response(self._too_large(value.decode(), limit))(scope, receive, send)
+                    return
+                # The server delivers no more than the declared length: nothing to count.
+                await self.app(scope, receive, send)
+                return
+            if name == b"transfer-encoding":
+                chunked = True
+        if chunked or scope["method"] not in _BODILESS:
+            await self._counted(scope, receive, send, limit)
+        else:  # no length, not chunked: HTTP/1.1 says there is no body (a plain GET)
+            await self.app(scope, receive, send)
+
+    async def _counted(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        """A body of no declared length: count its bytes as they arrive. Past the limit, the
+        app's next read raises PayloadTooLarge (its error handler answers 413); an app that lets
+        it through gets the 413 from here, if it has not started answering."""
+        received = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise self._too_large(f"more than {limit}", limit)
+            return message
+
+        async def watching_send(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, watching_send)
+        except PayloadTooLarge as exc:
+            if started:
+                raise
+            await error_response(exc)(scope, receive, send)
 
 
 def _validation_field(loc: tuple | list) -> str:
@@ -307,6 +345,11 @@ def parse_json(raw: bytes, *, component: str, field: str = "body") -> Any:
     if not raw:
         raise BadRequest("request body is empty; a JSON object was expected", component=component, field=field)
     try:
-        return jsonutil.loads(raw)
+        value = jsonutil.loads(raw)
     except jsonutil.JSONDecodeError as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}", component=component, field=field) from None
+    deep = jsonutil.too_deep(value, raw)
+    if deep is not None:
+        where = deep if field == "body" else f"{field}.{deep}"
+        raise BadRequest(f"{where}: nested deeper than {jsonutil.MAX_DEPTH} levels", component=component, field=where)
+    return value

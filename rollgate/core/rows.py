@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest
+from rollgate.core.row_params import ParamError
 from rollgate.core.schemas import TaskRow
 
 
@@ -86,6 +87,10 @@ def parse_row(
             row = TaskRow.model_validate(raw, strict=True)  # as its JSON schema says (no "3" for 3)
         except ValidationError as exc:
             e = exc.errors()[0]
+            cause = (e.get("ctx") or {}).get("error")
+            if isinstance(cause, ParamError):  # TaskRow's check of responses_create_params: name the field
+                field = at(f"responses_create_params.{cause.field}")
+                raise BadRequest(f"{field}: {cause.message}", component=component, field=field) from None
             field = at(".".join(str(x) for x in e.get("loc", ())))
             raise BadRequest(f"{field}: {e.get('msg')}", component=component, field=field) from None
     name = row.env or env

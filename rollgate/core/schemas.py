@@ -21,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 
+from rollgate.core.row_params import PARAMS_SCHEMA, check_params
+
 SCHEMA_VERSION = 3  # 2: row_index and attempts on Trajectory, row_index on FailureRecord; 3: segmented
 
 
@@ -81,11 +83,9 @@ def _integral(value: Any) -> Any:
 JsonInt = Annotated[int, BeforeValidator(_integral), Strict()]
 
 
-# what _check_params enforces, for the JSON schema (OpenAPI) of every route that takes a row
-_PARAMS_SCHEMA: dict[str, Any] = {
-    "required": ["input"],
-    "properties": {"input": {"anyOf": [{"type": "string"}, {"type": "array"}]}},
-}
+# what _check_params and parse_row (core/row_params.py) enforce, for the JSON schema (OpenAPI) of
+# every route that takes a row
+_PARAMS_SCHEMA = PARAMS_SCHEMA
 
 
 class TaskRow(BaseModel):
@@ -107,6 +107,7 @@ class TaskRow(BaseModel):
             raise ValueError("responses_create_params.input is required")
         if not isinstance(inp, (str, list)):
             raise ValueError("responses_create_params.input must be a string or a list of items")
+        check_params(params)  # a ParamError naming the field (parse_row reports it with the row's path)
         return params
 
     @property

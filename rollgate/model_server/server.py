@@ -101,10 +101,16 @@ def build_service(settings: Settings, metrics: Metrics | None = None) -> ModelSe
 
 
 def build_app(settings: Settings) -> FastAPI:
+    from rollgate.core.auth import configured_key, require_bearer
     from rollgate.model_server.app import create_model_app
     from rollgate.model_server.weights import AdminAuth
 
     metrics = Metrics()
-    # Model calls stay open here (the gateway is the front door); weight updates need the token.
+    # Weight updates always need the token (AdminAuth refuses them when none is configured);
+    # with a key configured, every other route needs it too (its WebSockets and channel included).
     auth = AdminAuth(settings.api_key, enabled=settings.gateway.auth)
-    return create_model_app(build_service(settings, metrics), metrics, weights_auth=auth)
+    app = create_model_app(build_service(settings, metrics), metrics, weights_auth=auth)
+    key = configured_key(settings, "model")
+    if key:
+        require_bearer(app, key, component="model")
+    return app

@@ -14,9 +14,10 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from rollgate.core.errors import NotFound, RollgateError
+from rollgate.core.errors import BadRequest, NotFound, RollgateError
 from rollgate.core.metrics import Metrics
 from rollgate.core.schemas import new_id
+from rollgate.model_server.admission import Admission
 from rollgate.model_server.backend import (
     AdmissionControl,
     Backend,
@@ -93,6 +94,7 @@ class ModelService:
             PromptBuilder(tokenizer, chat_template=chat_template, tool_format=fmt) if tokenizer is not None else None
         )
         self.max_context = max_context_tokens or (self.token_backend.max_context if self.token_backend else None)
+        self.admission = Admission(tokenizer, self.max_context)  # large prompts are prepared off the loop
         self.captures = captures if captures is not None else CaptureStore()
         self.responses = responses if responses is not None else ResponseStore()
         self.calls = CallBuilder(
@@ -110,6 +112,7 @@ class ModelService:
         return self.backend.ready()
 
     async def aclose(self) -> None:
+        self.admission.pool.close()
         await self.backend.aclose()
 
     def models(self) -> dict[str, Any]:
@@ -139,7 +142,7 @@ class ModelService:
                 self._validate(request)  # a hosted API handles previous_response_id and text.format
                 out = await self.backend.forward(request)
             else:
-                call = self.prepare(request, training=training, session=session)
+                call = await self.admission.run(request, self.prepare, request, training=training, session=session)
                 [choice] = await self.complete(call, count=False)
                 out = self._respond(call, choice)
                 self._store(call, out)
@@ -164,7 +167,7 @@ class ModelService:
             response = await self.create(request, training=training, session=session)
             return _iterate([ResponseStarted(response), ResponseDone(response)])
         try:
-            call = self.prepare(request, training=training, session=session)
+            call = await self.admission.run(request, self.prepare, request, training=training, session=session)
             self._check_capacity()
         except RollgateError as exc:
             self._count("bad_request" if exc.status < 500 else "error")
@@ -249,6 +252,13 @@ class ModelService:
                 f"model {req.model!r} is not served here; served: {sorted(self.model_names)}",
                 component=COMPONENT,
                 field="model",
+            )
+        if self.max_context is not None and (req.max_output_tokens or 0) > self.max_context:
+            raise BadRequest(
+                f"max_output_tokens: {req.max_output_tokens} is more than the model's context of "
+                f"{self.max_context} tokens",
+                component=COMPONENT,
+                field="max_output_tokens",
             )
         return req
 

@@ -7,6 +7,7 @@ import logging
 from fastapi import APIRouter, FastAPI
 
 from rollgate.core.app import make_app
+from rollgate.core.auth import configured_key, require_bearer
 from rollgate.core.errors import NotFound
 from rollgate.core.metrics import Metrics
 from rollgate.core.session_store import MemorySessionStore, RedisSessionStore, SessionStore
@@ -78,6 +79,15 @@ def build_app(settings: Settings, env_name: str) -> FastAPI:
     async def _close_store() -> None:
         await close_runtime(runtime)
 
+    return _guarded(app, settings)
+
+
+def _guarded(app: FastAPI, settings: Settings) -> FastAPI:
+    """With a key configured, every route but /healthz, /metrics and the OpenAPI document needs
+    it: the native and NeMo Gym routes, MCP, OpenEnv's WebSocket and the internal channel."""
+    key = configured_key(settings, "resources")
+    if key:
+        require_bearer(app, key, component="resources")
     return app
 
 
@@ -112,4 +122,4 @@ def build_multi_app(settings: Settings, names: list[str], *, title: str) -> Fast
         for runtime in runtimes.values():
             await close_runtime(runtime)
 
-    return app
+    return _guarded(app, settings)

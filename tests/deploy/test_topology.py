@@ -150,6 +150,8 @@ def test_a_resources_service_started_from_the_topology_serves(tmp_path, redis_ur
         tools = httpx.get(proc.url + "/tools", headers=headers, timeout=5)
         assert tools.status_code == 200, tools.text
         assert tools.json() and all(t.get("name") or t.get("function") for t in tools.json())
+        # the topology's key is enforced: the service is not open to whoever reaches it
+        assert httpx.get(proc.url + "/tools", timeout=5).status_code == 401
 
 
 def test_a_family_is_one_service_and_each_member_a_url_under_it():

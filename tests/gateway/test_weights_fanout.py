@@ -59,7 +59,8 @@ def gateway(replicas, redis_url, redis_prefix):
 
 def turn_version(url: str) -> str | None:
     body = {"model": "rollgate-tiny", "input": "hi", "max_output_tokens": 8}
-    r = httpx.post(f"{url}/v1/responses", json=body, headers={"x-rollgate-training": "1"}, timeout=30)
+    # the replicas have a key configured: every route needs it, not only the weight updates
+    r = httpx.post(f"{url}/v1/responses", json=body, headers={"x-rollgate-training": "1", **AUTH}, timeout=30)
     assert r.status_code == 200, r.text
     return r.json()["output"][0]["weight_version"]
 

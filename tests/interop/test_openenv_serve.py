@@ -189,6 +189,12 @@ async def test_bad_actions_and_frames_get_error_frames_naming_the_field(Client):
                 (json.dumps({"type": "dance"}), "UNKNOWN_TYPE", "type"),
                 (json.dumps({"type": "step"}), "VALIDATION_ERROR", "data"),
                 (json.dumps({"type": "reset", "data": {"seed": "x"}}), "VALIDATION_ERROR", "seed"),
+                # nested past the limit every HTTP body has (rollgate.core.jsonutil.MAX_DEPTH)
+                (
+                    '{"type": "step", "data": {"action": ' + "[" * 300 + "]" * 300 + "}}",
+                    "VALIDATION_ERROR",
+                    "data.action[0][0]",
+                ),
             ]:
                 await ws.send(frame)
                 answer = json.loads(await ws.recv())

@@ -257,7 +257,7 @@ def _usage(call: Call, choices: list[Choice]) -> dict[str, int]:
 
 
 async def create(service: Any, body: Any, *, training: bool | None = None, session: str | None = None):
-    req, call = _prepare(service, body, training, session)
+    req, call = await service.admission.run(body, _prepare, service, body, training, session)
     choices = await service.complete(call)
     out = []
     for i, choice in enumerate(choices):
@@ -283,7 +283,7 @@ async def stream(
     service: Any, body: Any, *, training: bool | None = None, session: str | None = None
 ) -> AsyncIterator[bytes]:
     """SSE chunks; the request is validated and admitted before the first byte."""
-    req, call = _prepare(service, body, training, session)
+    req, call = await service.admission.run(body, _prepare, service, body, training, session)
     pieces = service.complete_stream(call)
     return _chunks(service, req, call, pieces)
 

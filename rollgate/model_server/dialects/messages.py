@@ -246,7 +246,7 @@ def _message(req: MessagesRequest, call: Call, choice: Choice | None, message_id
 
 
 async def create(service: Any, body: Any, *, training: bool | None = None, session: str | None = None):
-    req, call = _prepare(service, body, training, session)
+    req, call = await service.admission.run(body, _prepare, service, body, training, session)
     [choice] = await service.complete(call)
     return _message(req, call, choice, new_id("msg"))
 
@@ -255,7 +255,7 @@ async def stream(
     service: Any, body: Any, *, training: bool | None = None, session: str | None = None
 ) -> AsyncIterator[bytes]:
     """SSE events; the request is validated and admitted before the first byte."""
-    req, call = _prepare(service, body, training, session)
+    req, call = await service.admission.run(body, _prepare, service, body, training, session)
     return _events(req, call, service.complete_stream(call))
 
 

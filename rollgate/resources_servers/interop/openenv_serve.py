@@ -29,7 +29,7 @@ from starlette.types import Receive, Scope, Send
 
 from rollgate import __version__
 from rollgate.core import jsonutil
-from rollgate.core.app import FastJSONResponse, install_error_handlers
+from rollgate.core.app import FastJSONResponse, install_error_handlers, parse_json
 from rollgate.core.errors import BadRequest, CapacityError, NotFound, RollgateError
 from rollgate.resources_servers.base import EnvRuntime
 from rollgate.resources_servers.interop.openenv_episode import (
@@ -211,6 +211,10 @@ class OpenEnvFace:
             msg = jsonutil.loads(text)
         except jsonutil.JSONDecodeError as exc:
             return error_frame(f"invalid JSON: {exc}", "INVALID_JSON"), False
+        deep = jsonutil.too_deep(msg, text)  # the same nesting limit as every HTTP body
+        if deep is not None:
+            message = f"{deep}: nested deeper than {jsonutil.MAX_DEPTH} levels"
+            return error_frame(message, "VALIDATION_ERROR", field=deep), False
         if not isinstance(msg, dict):
             return error_frame('a frame is a JSON object {"type": ..., "data": ...}', "VALIDATION_ERROR"), False
         kind, data = msg.get("type"), msg.get("data")
@@ -328,9 +332,9 @@ class OpenEnvFace:
         @app.post("/mcp", tags=tags, summary="JSON-RPC: tools/list (tools/call runs in a /ws episode)")
         async def mcp(request: Request) -> dict[str, Any]:
             try:
-                body = jsonutil.loads(await request.body())
-            except jsonutil.JSONDecodeError:
-                return rpc_error(None, -32700, "parse error: the body is not JSON")
+                body = parse_json(await request.body(), component=runtime.component)
+            except BadRequest as exc:  # not JSON, or nested too deep
+                return rpc_error(None, -32700, f"parse error: {exc.message}")
             return await self.mcp(body, None)
 
         app.add_api_websocket_route("/ws", self.serve_ws)
