@@ -23,7 +23,7 @@ import uuid
 
 from benchmarks import common
 from benchmarks.common import free_port
-from rollgate.core.processes import RedisProcess
+from devtools.processes import RedisProcess
 from rollgate.core.redis_cluster_procs import RedisClusterProcesses
 from rollgate.jobs.queue import JobSpec, TaskEnvelope
 from rollgate.jobs.redis import RedisJobQueue

@@ -40,7 +40,7 @@ import uvloop
 
 from benchmarks import common, stack
 from benchmarks.bench_cluster import API_KEY, Cluster, run_job
-from rollgate.core.processes import RedisProcess
+from devtools.processes import RedisProcess
 
 log = logging.getLogger("rollgate.bench")
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rollgate.core.processes import ServerProcess, rollgate_cmd  # noqa: F401 - re-exported
+from devtools.processes import ServerProcess, rollgate_cmd  # noqa: F401 - re-exported
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -155,7 +155,7 @@ def free_port() -> int:
 
 
 class Proc(ServerProcess):
-    """A named server process whose log goes to `log_dir/NAME.log` (rollgate.core.processes)."""
+    """A named server process whose log goes to `log_dir/NAME.log` (devtools.processes)."""
 
     def __init__(
         self,

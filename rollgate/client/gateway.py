@@ -65,8 +65,13 @@ class RolloutClient:
         try:
             return self._check(self._http.request(method, path, **kw))
         except httpx.TransportError as exc:
+            hint = ""
+            if isinstance(exc, httpx.ConnectError):  # nothing listens there: say how to start one
+                port = self._http.base_url.port
+                serve = f"rollgate serve --port {port}" if port else "rollgate serve"
+                hint = f"; is a gateway running? start one with `{serve}`, or leave out --gateway to run in process"
             raise UpstreamError(
-                f"cannot reach the gateway at {self.base_url}: {exc}", component="gateway", transient=True
+                f"cannot reach the gateway at {self.base_url}: {exc}{hint}", component="gateway", transient=True
             ) from None
 
     def envs(self) -> list[str]:

@@ -98,6 +98,24 @@ def _summary_line(stats, elapsed: float) -> str:
     )
 
 
+def rows_naming_another_env(tasks: Path, env: str) -> tuple[int, int, str] | None:
+    """(how many rows name an environment other than `env`, the first one's line, its name)."""
+    from rollgate.core import jsonutil
+
+    count, first = 0, None
+    with tasks.open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            try:
+                row = jsonutil.loads(raw) if raw.strip() else None
+            except ValueError:
+                continue  # reported per row by collect itself
+            named = row.get("env") if isinstance(row, dict) else None
+            if isinstance(named, str) and named != env:
+                count += 1
+                first = first or (line_no, named)
+    return (count, *first) if first else None
+
+
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -119,6 +137,13 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         print("rollgate collect: --repeats must be >= 1", file=sys.stderr)
         return 2
+    if args.env and (other := rows_naming_another_env(tasks, args.env)):
+        count, line, name = other
+        print(
+            f"rollgate collect: warning: {count} row(s) name an environment of their own (line {line}: {name!r}); "
+            f"--env {args.env} applies only to rows that name none",
+            file=sys.stderr,
+        )
     sampling = {
         k: v
         for k, v in {"temperature": args.temperature, "max_output_tokens": args.max_output_tokens}.items()

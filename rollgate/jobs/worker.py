@@ -12,6 +12,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from typing import Any, Protocol
 
 from rollgate.agent_server.agent import RunContext
@@ -50,6 +51,8 @@ MAX_BACKOFF_S = 30.0  # the longest wait before re-running a failed episode
 CLAIM_RETRY = RetryPolicy(None, 0.1, 5.0, jitter=0.2)
 # Storing a record: 5 attempts over about 3 s; then the visibility timeout hands the task on.
 COMPLETE_RETRY = RetryPolicy(5, 0.2, 1.6, jitter=0.2)
+# How often a worker looks for cancelled jobs among the tasks it runs (seconds).
+CANCEL_CHECK_S = 0.5
 
 
 async def run_task(
@@ -209,10 +212,15 @@ class Worker:
         log.error("gave up storing the record of task %s of job %s", claim.task.key, claim.task.job_id)
 
     async def _heartbeat_loop(self) -> None:
+        # Claims are extended every `interval`; cancelled jobs are looked for every tick, so a
+        # cancel reaches running episodes (and a harness's processes) within about CANCEL_CHECK_S,
+        # not a third of the visibility timeout (20 s by default). A check is one pipelined read.
         interval = max(0.2, min(self.queue.visibility_timeout_s / 3, 30.0))
+        tick = min(interval, CANCEL_CHECK_S)
+        last_beat = time.monotonic()
         while not self._stopping.is_set():
             try:
-                await asyncio.wait_for(self._stopping.wait(), timeout=interval)
+                await asyncio.wait_for(self._stopping.wait(), timeout=tick)
                 return
             except TimeoutError:
                 pass
@@ -220,7 +228,9 @@ class Worker:
             if not items:
                 continue
             try:
-                await self.queue.heartbeat(self.name, [c for c, _, _ in items])
+                if time.monotonic() - last_beat >= interval:
+                    await self.queue.heartbeat(self.name, [c for c, _, _ in items])
+                    last_beat = time.monotonic()
                 dead = await self.queue.cancelled(sorted({c.task.job_id for c, _, _ in items}))
             except Exception as exc:  # noqa: BLE001 - the next beat may succeed; missing many means a takeover
                 log.warning("worker %s heartbeat failed: %s", self.name, exc)

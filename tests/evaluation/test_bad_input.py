@@ -138,4 +138,5 @@ def test_an_unreachable_gateway_is_reported_without_a_progress_bar_around_it(run
         f"http://127.0.0.1:{port}",
     )
     assert rc != 0 and f"cannot reach the gateway at http://127.0.0.1:{port}" in err
+    assert f"start one with `rollgate serve --port {port}`" in err
     assert "sample/s" not in err and "it/s" not in err  # no bar was drawn before the tasks were known

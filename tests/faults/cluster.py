@@ -15,7 +15,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rollgate.core.processes import RedisProcess, ServerProcess, rollgate_cmd
+from devtools.processes import RedisProcess, ServerProcess, rollgate_cmd
 from rollgate.core.topology import loopback_topology
 from tests.conftest import free_port
 

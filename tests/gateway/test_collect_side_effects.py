@@ -56,3 +56,24 @@ def test_an_unknown_log_level_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["collect", "--tasks", "t.jsonl", "--out", "o.jsonl", "--log-level", "LOUD"])
     assert info.value.code == 2 and "--log-level" in capsys.readouterr().err
+
+
+def test_collect_warns_when_rows_name_an_environment_other_than_env(tmp_path, capsys):
+    """`--env` is the environment of rows that name none; rows naming their own keep it, and the
+    user who expected --env to apply to every row is told so before anything runs."""
+    import json
+
+    from rollgate.cli import main
+
+    tasks = tmp_path / "tasks.jsonl"
+    rows = [
+        {"responses_create_params": {"input": "2+2?"}, "expected_answer": "4"},
+        {"responses_create_params": {"input": "guess"}, "env": "wordle", "secret": "crane"},
+    ]
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # an unreachable gateway ends the run right after the warning: nothing is collected
+    rc = main(["collect", "--tasks", str(tasks), "--out", str(tmp_path / "o.jsonl"), "--env", "math",
+               "--gateway", "http://127.0.0.1:9", "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc != 0
+    assert "1 row(s) name an environment of their own (line 2: 'wordle'); --env math applies only" in err

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
+from devtools.processes import RedisProcess
 from rollgate.core.errors import UpstreamError
-from rollgate.core.processes import RedisProcess
 from rollgate.jobs.redis import RedisJobQueue
 from tests.conftest import free_port
 from tests.gateway.test_queue_contract import make_job, ok_record

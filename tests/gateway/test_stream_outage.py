@@ -11,9 +11,9 @@ import signal
 
 import pytest
 
+from devtools.processes import RedisProcess
 from rollgate.core import jsonutil
 from rollgate.core.errors import UpstreamError
-from rollgate.core.processes import RedisProcess
 from rollgate.jobs.redis import RedisJobQueue
 from tests.conftest import free_port
 from tests.gateway.serving import gateway_client

@@ -177,6 +177,30 @@ async def test_cancelling_a_job_stops_its_running_episodes(make_queue):
     assert outcomes == ["cancelled", "cancelled"]  # the worker told the running episodes to stop
 
 
+async def test_a_cancel_reaches_running_episodes_within_a_second_at_the_default_timeout(make_queue):
+    """The claims' heartbeat runs every 20 s at the default 60 s visibility timeout; the cancel
+    check must not wait for it (a harness ran on for 9.5 s after its job was cancelled)."""
+    q = make_queue()  # the default visibility timeout
+    agent = make_agent(verify_delay=30)
+    worker = Worker(q, agent, concurrency=1, block_s=0.2)
+    job_id = await submit(q, "slowmath", 1)
+    worker.start()
+
+    async def running() -> bool:
+        return worker.in_flight == 1
+
+    await wait_for(running)
+    started = time.monotonic()
+    await q.cancel(job_id)
+
+    async def idle() -> bool:
+        return worker.in_flight == 0
+
+    await wait_for(idle, timeout_s=10)
+    assert time.monotonic() - started < 1.5
+    await worker.stop()
+
+
 async def test_tasks_of_a_dead_worker_are_reclaimed_and_counted(make_queue):
     from rollgate.core.metrics import Metrics
 

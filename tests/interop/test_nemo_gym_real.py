@@ -29,7 +29,7 @@ import httpx
 import pytest
 import yaml
 
-from rollgate.core.processes import ServerProcess, rollgate_cmd
+from devtools.processes import ServerProcess, rollgate_cmd
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.nemo_gym, pytest.mark.timeout(1800)]
