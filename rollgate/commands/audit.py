@@ -64,6 +64,10 @@ def _list_probes() -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    import os
+
+    # The long-output probe is longer than the tiny model's context on purpose: not worth a warning per env.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from rollgate.core import jsonutil
     from rollgate.core.settings import Settings
     from rollgate.evaluation.audit.report import markdown, summary

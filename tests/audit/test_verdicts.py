@@ -33,6 +33,7 @@ def s(mean, lo, hi, n=8):
         (s(0.1, 0.0, 0.3), 0.0, "suspicious"),  # above, but the interval overlaps it
         (s(0.0, 0.0, 0.0), 0.0, "clean"),
         (s(0.2, 0.2, 0.2), 0.2, "suspicious"),  # no better than the floor, but paid for nothing
+        (s(0.018, 0.012, 0.026), 0.0, "suspicious"),  # a sliver of format credit: below MIN_EFFECT
     ],
 )
 def test_an_exploit_probe_is_judged_against_the_floor(probe, floor, expected):

@@ -68,6 +68,26 @@ class Echo(Probe):
         return [{"text": f"{ctx.question}\n{ctx.final(last)}"}]
 
 
+class QuestionWord(Probe):
+    name = "question_word"
+    description = "the question's longest word as the answer (pays where the answer is a transform of it)"
+
+    def applies(self, ctx):
+        return None if ctx.words else "the question has no words"
+
+    def script(self, ctx):
+        return [{"text": ctx.final(max(ctx.words, key=len))}]
+
+
+class Garbage(Probe):
+    name = "garbage"
+    description = "common letters, as long as the gold answer (or 8): pays where a scorer gives partial credit"
+
+    def script(self, ctx):
+        size = len(ctx.gold) if ctx.gold else 8
+        return [{"text": ctx.final(("etaoinshrdlu" * (size // 12 + 1))[:size])}]
+
+
 class Numbers(Probe):
     name = "numbers"
     description = "every number of the question listed, the last one as the final answer"
@@ -334,6 +354,8 @@ SHIPPED: list[type[Probe]] = [
     Reference,
     Empty,
     Echo,
+    QuestionWord,
+    Garbage,
     Numbers,
     Candidates,
     AnswerLines,

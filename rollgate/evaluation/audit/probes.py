@@ -63,16 +63,23 @@ class ProbeContext:
     max_turns: int = 8
 
     @classmethod
-    def of(cls, env: str, row: dict[str, Any], tools: list[dict[str, Any]], max_turns: int) -> ProbeContext:
+    def of(
+        cls, env: str, row: dict[str, Any], tools: list[dict[str, Any]], max_turns: int, *, gold: str | None = None
+    ) -> ProbeContext:
         raw = (row.get("responses_create_params") or {}).get("input")
         messages = [{"role": "user", "content": raw}] if isinstance(raw, str) else (raw or [])
         system = [_text(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") != "user"]
         user = [_text(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-        return cls(env, row, "\n".join(system), "\n".join(user), list(tools), _gold_answer(row), max_turns)
+        gold = gold if gold is not None else _gold_answer(row)
+        return cls(env, row, "\n".join(system), "\n".join(user), list(tools), gold, max_turns)
 
     @property
     def numbers(self) -> list[str]:
         return list(dict.fromkeys(_NUMBER.findall(self.question)))
+
+    @property
+    def words(self) -> list[str]:
+        return re.findall(r"[A-Za-z]{3,}", self.question)
 
     @property
     def tags_answer(self) -> bool:

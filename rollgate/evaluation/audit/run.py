@@ -19,7 +19,7 @@ from typing import Any
 from rollgate.core.errors import RollgateError
 from rollgate.core.schemas import Trajectory
 from rollgate.evaluation.audit.probes import ProbeContext, ProbeSet, check_script, load_probes
-from rollgate.evaluation.audit.verdict import EPS, FLAGGED, AllowEntry, Stat, allowed, stat, verdict
+from rollgate.evaluation.audit.verdict import EPS, FLAGGED, MIN_EFFECT, AllowEntry, Stat, allowed, stat, verdict
 from rollgate.evaluation.sources import SampleRequest, Source
 from rollgate.evaluation.tasks import EvalTask, generate_tasks, reward_range
 
@@ -70,6 +70,31 @@ def _tools(env: str) -> list[dict[str, Any]]:
         return []
 
 
+def reference_answers(env: str, tasks: list[EvalTask]) -> dict[str, str]:
+    """Gold answers an environment computes but its rows do not carry (rows of reasoning-gym hold
+    a recipe, not the answer): from its `reference_answer(state)`, seeded here as a session would
+    be. Empty when the environment has none or seeding fails here (the probes that need gold skip)."""
+    import random
+
+    from rollgate.core.schemas import TaskRow
+    from rollgate.resources_servers.registry import load_env
+
+    out: dict[str, str] = {}
+    try:
+        instance = load_env(env)
+        if not callable(getattr(instance, "reference_answer", None)) or "seed" in instance._async_hooks:
+            return out
+        for t in tasks:
+            task = TaskRow.model_validate(t.row)
+            seeded = instance.seed(task, random.Random(task.seed if task.seed is not None else 0))
+            answer = instance.reference_answer(seeded[0] if isinstance(seeded, tuple) else seeded)
+            if answer is not None:
+                out[t.task_id] = str(answer)
+    except Exception as exc:  # noqa: BLE001 - without gold the gold probes skip; the episodes still run
+        log.info("audit: no reference answers for %s: %s", env, exc)
+    return out
+
+
 def _trim(value: Any) -> Any:
     if isinstance(value, str):
         return value if len(value) <= SNIPPET_CHARS else value[:SNIPPET_CHARS] + f"... [{len(value)} chars]"
@@ -93,6 +118,7 @@ def transcript(traj: Trajectory) -> dict[str, Any]:
 def _plan(env: str, tasks: list[EvalTask], probes: ProbeSet, names: list[str], opts: AuditOptions):
     """(requests, per-probe entries decided before running: skipped or errored)."""
     tools = _tools(env)
+    golds = reference_answers(env, tasks)
     requests: list[SampleRequest] = []
     decided: dict[str, dict[str, Any]] = {}
     for name in names:
@@ -105,7 +131,7 @@ def _plan(env: str, tasks: list[EvalTask], probes: ProbeSet, names: list[str], o
         skipped: list[str] = []
         try:
             for t in tasks:
-                ctx = ProbeContext.of(env, t.row, tools, opts.max_turns)
+                ctx = ProbeContext.of(env, t.row, tools, opts.max_turns, gold=golds.get(t.task_id))
                 why = probe.applies(ctx)
                 if why:
                     skipped.append(why)
@@ -129,7 +155,7 @@ def _plan(env: str, tasks: list[EvalTask], probes: ProbeSet, names: list[str], o
 
 
 def _conclude(env: str, entries: dict[str, dict[str, Any]], results: dict[str, list[Trajectory]], opts: AuditOptions):
-    lowest = reward_range(env)[0]
+    lowest, highest = reward_range(env)
     stats: dict[str, Stat | None] = {}
     for name, entry in entries.items():
         if "_pending" not in entry:
@@ -163,7 +189,8 @@ def _conclude(env: str, entries: dict[str, dict[str, Any]], results: dict[str, l
             entry["verdict"] = "clean"
             continue
         base = answer if entry["kind"] == "format" else ref
-        v, why = verdict(entry["kind"], stats[name], floor=floor_mean, lowest=lowest, reference=base)
+        effect = MIN_EFFECT * (highest - lowest)
+        v, why = verdict(entry["kind"], stats[name], floor=floor_mean, lowest=lowest, reference=base, min_effect=effect)
         entry["verdict"] = v
         if why:
             entry["why"] = why
@@ -176,7 +203,7 @@ def _conclude(env: str, entries: dict[str, dict[str, Any]], results: dict[str, l
         if reason:
             entry["allowlisted"] = reason
     return {
-        "reward_range": [lowest, reward_range(env)[1]],
+        "reward_range": [lowest, highest],
         "floor": floor.mean if floor else None,
         "reference": ref.mean if ref else None,
     }

@@ -4,8 +4,10 @@ Verdicts (docs/audit.md):
 - exploitable: the probe should earn no more than the floor, yet its mean is above the floor and
   the 95% bootstrap interval (over tasks) excludes the floor. For the floor probe itself, the
   baseline is the lowest reward of the environment's range: reward for answering nothing.
-- suspicious: above the floor but the interval overlaps it, or any reward above the range's
-  lowest for a reply without the answer.
+  The excess must also reach MIN_EFFECT of the reward range (5%): a scorer's deliberate sliver of
+  format credit (0.01 for a well-formed wrong answer) is not worth a training run's attention.
+- suspicious: above the floor but the interval overlaps it or the excess is below MIN_EFFECT, or
+  any reward above the range's lowest for a reply without the answer.
 - clean: neither.
 - strict_format (format probes): the gold answer written another way earns less than the
   reference, with intervals apart: a false negative, not a hack.
@@ -27,6 +29,7 @@ from rollgate.core.errors import BadRequest
 from rollgate.core.stats import bootstrap_mean
 
 EPS = 1e-9
+MIN_EFFECT = 0.05  # of the reward range: the smallest excess over the floor called exploitable
 FLAGGED = ("exploitable", "suspicious")
 VERDICTS = ("exploitable", "suspicious", "clean", "strict_format", "error", "skipped", "reference")
 
@@ -47,8 +50,10 @@ def stat(rewards: list[float], *, resamples: int, seed: int) -> Stat | None:
     return None if est is None else Stat(est.value, est.lo, est.hi, est.tasks)
 
 
-def verdict(kind: str, s: Stat, *, floor: float, lowest: float, reference: Stat | None) -> tuple[str, str]:
-    """(verdict, why) of a probe whose samples all have a reward."""
+def verdict(
+    kind: str, s: Stat, *, floor: float, lowest: float, reference: Stat | None, min_effect: float = MIN_EFFECT
+) -> tuple[str, str]:
+    """(verdict, why) of a probe whose samples all have a reward; `min_effect` in reward units."""
     if kind == "reference":
         why = "" if s.mean > floor + EPS else "the gold path earns no more than the floor: the audit cannot tell"
         return "reference", why
@@ -58,8 +63,10 @@ def verdict(kind: str, s: Stat, *, floor: float, lowest: float, reference: Stat 
         return "strict_format", f"earns {s.mean:.3f}, the reference {reference.mean:.3f}: a correct answer rejected"
     base = lowest if kind == "floor" else floor
     what = "the lowest reward" if kind == "floor" else "the floor"
-    if s.mean > base + EPS and s.lo > base + EPS:
+    if s.mean > base + EPS and s.lo > base + EPS and s.mean - base >= min_effect - EPS:
         return "exploitable", f"mean {s.mean:.3f} > {what} {base:.3f}, interval [{s.lo:.3f}, {s.hi:.3f}] excludes it"
+    if s.mean > base + EPS and s.lo > base + EPS:
+        return "suspicious", f"mean {s.mean:.3f} > {what} {base:.3f}, by less than {min_effect:g}"
     if s.mean > base + EPS:
         return "suspicious", f"mean {s.mean:.3f} > {what} {base:.3f}, but the interval overlaps it"
     if s.hi > lowest + EPS:
