@@ -21,7 +21,7 @@ FAMILY_SAMPLE = [
     "reasoning_gym/basic_arithmetic",
     "reasoning_gym/caesar_cipher",
     "textarena/GuessTheNumber",
-    "textarena/TowerOfHanoi",
+    "textarena/RushHour",
 ]
 log = logging.getLogger(__name__)
 

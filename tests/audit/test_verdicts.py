@@ -32,8 +32,9 @@ def s(mean, lo, hi, n=8):
         (s(0.5, 0.2, 0.8), 0.0, "exploitable"),  # interval excludes the floor
         (s(0.1, 0.0, 0.3), 0.0, "suspicious"),  # above, but the interval overlaps it
         (s(0.0, 0.0, 0.0), 0.0, "clean"),
-        (s(0.2, 0.2, 0.2), 0.2, "suspicious"),  # no better than the floor, but paid for nothing
+        (s(0.2, 0.2, 0.2), 0.2, "clean"),  # no more than the floor: the floor's own verdict reports the pay
         (s(0.018, 0.012, 0.026), 0.0, "suspicious"),  # a sliver of format credit: below MIN_EFFECT
+        (s(1.0, 1.0, 1.0, n=1), 0.0, "suspicious"),  # one task: a coincidence cannot be told apart
     ],
 )
 def test_an_exploit_probe_is_judged_against_the_floor(probe, floor, expected):
@@ -45,6 +46,7 @@ def test_the_floor_itself_is_exploitable_when_answering_nothing_pays():
     v, why = verdict("floor", s(0.145, 0.111, 0.202), floor=0.145, lowest=0.0, reference=None)
     assert v == "exploitable" and "lowest reward" in why
     assert verdict("floor", s(-1.0, -1.0, -1.0), floor=-1.0, lowest=-1.0, reference=None)[0] == "clean"
+    assert verdict("floor", s(0.03, 0.0, 0.08), floor=0.03, lowest=0.0, reference=None)[0] == "suspicious"
 
 
 def test_a_format_variant_below_the_answer_is_a_false_negative_not_an_exploit():

@@ -28,8 +28,9 @@ def summary(report: dict[str, Any]) -> str:
     """One line per flagged or failed probe, then the counts."""
     lines = []
     for env, block in report["envs"].items():
-        if block.get("error") and not block.get("probes"):
-            lines.append(f"{env:40s} error       {block['error']['type']}: {block['error']['message']}")
+        if block.get("error"):  # the environment as a whole: one line, not one per probe
+            lines.append(f"{env:40s} error       {block['error']['type']}: {block['error']['message'][:200]}")
+            continue
         for name, e in block.get("probes", {}).items():
             v = e.get("verdict")
             if v in (*FLAGGED, "error", "strict_format"):

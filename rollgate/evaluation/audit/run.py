@@ -209,10 +209,25 @@ def _conclude(env: str, entries: dict[str, dict[str, Any]], results: dict[str, l
     }
 
 
+def _tasks(env: str, opts: AuditOptions) -> list[EvalTask]:
+    """N tasks from the held-out split; a game with few starting positions may have none there
+    (textarena's fixed puzzles), so the train split, then as many as it has, are tried next."""
+    try:
+        return generate_tasks([env], opts.n, opts.seed, "eval")
+    except RollgateError as first:
+        for split in ("train", "eval"):
+            for n in (opts.n, 1):
+                try:
+                    return generate_tasks([env], n, opts.seed, split)
+                except RollgateError:
+                    continue
+        raise first
+
+
 def audit_env(env: str, source: Source, probes: ProbeSet, names: list[str], opts: AuditOptions) -> dict[str, Any]:
     started = time.monotonic()
     try:
-        tasks = generate_tasks([env], opts.n, opts.seed, "eval")
+        tasks = _tasks(env, opts)
     except Exception as exc:  # noqa: BLE001 - reported, the audit goes on
         msg = exc.message if isinstance(exc, RollgateError) else f"{type(exc).__name__}: {exc}"
         return {

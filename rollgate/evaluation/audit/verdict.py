@@ -6,8 +6,9 @@ Verdicts (docs/audit.md):
   baseline is the lowest reward of the environment's range: reward for answering nothing.
   The excess must also reach MIN_EFFECT of the reward range (5%): a scorer's deliberate sliver of
   format credit (0.01 for a well-formed wrong answer) is not worth a training run's attention.
-- suspicious: above the floor but the interval overlaps it or the excess is below MIN_EFFECT, or
-  any reward above the range's lowest for a reply without the answer.
+- suspicious: above the floor but the interval overlaps it or the excess is below MIN_EFFECT (for
+  the floor probe: any reward above the range's lowest for a reply without the answer). A probe
+  that earns just what the floor earns is clean: the floor's own verdict reports that pay.
 - clean: neither.
 - strict_format (format probes): the gold answer written another way earns less than the
   reference, with intervals apart: a false negative, not a hack.
@@ -29,6 +30,7 @@ from rollgate.core.errors import BadRequest
 from rollgate.core.stats import bootstrap_mean
 
 EPS = 1e-9
+MIN_TASKS = 3  # a probe that fit fewer tasks has a degenerate interval: at most suspicious
 MIN_EFFECT = 0.05  # of the reward range: the smallest excess over the floor called exploitable
 FLAGGED = ("exploitable", "suspicious")
 VERDICTS = ("exploitable", "suspicious", "clean", "strict_format", "error", "skipped", "reference")
@@ -63,14 +65,14 @@ def verdict(
         return "strict_format", f"earns {s.mean:.3f}, the reference {reference.mean:.3f}: a correct answer rejected"
     base = lowest if kind == "floor" else floor
     what = "the lowest reward" if kind == "floor" else "the floor"
+    if s.mean > base + EPS and s.tasks < MIN_TASKS:
+        return "suspicious", f"mean {s.mean:.3f} > {what} {base:.3f} on only {s.tasks} task(s) the probe fits"
     if s.mean > base + EPS and s.lo > base + EPS and s.mean - base >= min_effect - EPS:
         return "exploitable", f"mean {s.mean:.3f} > {what} {base:.3f}, interval [{s.lo:.3f}, {s.hi:.3f}] excludes it"
     if s.mean > base + EPS and s.lo > base + EPS:
         return "suspicious", f"mean {s.mean:.3f} > {what} {base:.3f}, by less than {min_effect:g}"
     if s.mean > base + EPS:
         return "suspicious", f"mean {s.mean:.3f} > {what} {base:.3f}, but the interval overlaps it"
-    if s.hi > lowest + EPS:
-        return "suspicious", f"rewards above the lowest ({lowest:g}) for a reply without the answer"
     return "clean", ""
 
 
