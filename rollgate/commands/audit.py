@@ -33,7 +33,10 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the tasks and intervals (default 0)")
     p.add_argument("--out", metavar="DIR", help="write report.json and report.md here")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-    p.add_argument("--max-turns", type=int, default=8, metavar="N", help="turns per episode (default 8)")
+    p.add_argument("--max-turns", type=int, default=16, metavar="N", help="turns per episode (default 16)")
+    p.add_argument(
+        "--max-output-tokens", type=int, default=2048, metavar="N", help="tokens per model call (default 2048)"
+    )
     p.add_argument("--concurrency", type=int, default=16, metavar="N", help="episodes at once (default 16)")
     p.add_argument("--allowlist", metavar="FILE", help="reviewed allowlist (JSON); default: the shipped one")
     p.add_argument("--bootstrap-resamples", type=int, default=2000, metavar="B", help="default 2000")
@@ -46,7 +49,7 @@ def _check(args: argparse.Namespace) -> None:
 
     if not args.env:
         raise BadRequest("at least one --env is required", component="audit", field="--env")
-    for flag in ("n", "max_turns", "concurrency", "bootstrap_resamples"):
+    for flag in ("n", "max_turns", "max_output_tokens", "concurrency", "bootstrap_resamples"):
         if getattr(args, flag) < 1:
             name = "--" + flag.replace("_", "-")
             raise BadRequest(f"{name} must be >= 1, got {getattr(args, flag)}", component="audit", field=name)
@@ -69,9 +72,8 @@ def _audit(args: argparse.Namespace) -> int:
     # The long-output probe is longer than the tiny model's context on purpose: not worth a warning per env.
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from rollgate.core import jsonutil
-    from rollgate.core.settings import Settings
     from rollgate.evaluation.audit.report import markdown, summary
-    from rollgate.evaluation.audit.run import AuditOptions, run_audit
+    from rollgate.evaluation.audit.run import AuditOptions, run_audit, stack_settings
     from rollgate.evaluation.audit.verdict import load_allowlist
     from rollgate.evaluation.sources import StackSource
 
@@ -82,18 +84,13 @@ def _audit(args: argparse.Namespace) -> int:
         seed=args.seed,
         probes=list(args.probe) or None,
         max_turns=args.max_turns,
+        max_output_tokens=args.max_output_tokens,
         resamples=args.bootstrap_resamples,
         allowlist=load_allowlist(Path(args.allowlist) if args.allowlist else None),
     )
 
     def make_source(env: str) -> StackSource:
-        settings = Settings.load(
-            args.config,
-            redis_url=args.redis_url,
-            model={"backend": "scripted"},
-            agent={"max_turns": args.max_turns},
-        )
-        settings.envs = [env]
+        settings = stack_settings(opts, env, config=args.config, redis_url=args.redis_url)
         return StackSource(settings, [env], concurrency=args.concurrency)
 
     def progress(env: str, block: dict) -> None:

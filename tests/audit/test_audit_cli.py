@@ -94,3 +94,21 @@ def test_bad_probes_and_environments_are_reported_per_probe_never_clean(audit):
     md = (out / "report.md").read_text()
     assert "| candidates | exploit |" in md and "## Example transcripts" in md
     assert json.loads((out / "report.json").read_text())["counts"] == report["counts"]
+
+
+def test_bad_flags_exit_2_naming_the_flag(capsys):
+    from rollgate.cli import main
+
+    assert main(["audit", "--env", "math", "--n", "0"]) == 2
+    assert "--n" in capsys.readouterr().err
+    assert main(["audit"]) == 2
+    assert "--env" in capsys.readouterr().err
+
+
+def test_list_probes_names_every_shipped_probe(capsys):
+    from rollgate.cli import main
+    from rollgate.evaluation.audit.builtin import SHIPPED
+
+    assert main(["audit", "--list-probes"]) == 0
+    out = capsys.readouterr().out
+    assert all(cls.name in out for cls in SHIPPED)

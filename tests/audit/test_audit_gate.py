@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from rollgate.core.settings import Settings
 from rollgate.evaluation.audit.report import summary
-from rollgate.evaluation.audit.run import AuditOptions, run_audit
+from rollgate.evaluation.audit.run import AuditOptions, run_audit, stack_settings
 from rollgate.evaluation.audit.verdict import load_allowlist
 from rollgate.evaluation.sources import StackSource
 
@@ -27,11 +26,12 @@ log = logging.getLogger(__name__)
 
 
 def test_no_new_exploitable_verdict_in_shipped_environments_and_family_samples():
-    opts = AuditOptions(envs=SHIPPED + FAMILY_SAMPLE, n=3, seed=0, resamples=500, allowlist=load_allowlist(None))
+    opts = AuditOptions(
+        envs=SHIPPED + FAMILY_SAMPLE, n=3, seed=0, max_turns=8, resamples=500, allowlist=load_allowlist(None)
+    )
 
     def make_source(env: str) -> StackSource:
-        settings = Settings(model={"backend": "scripted"}, agent={"max_turns": opts.max_turns}, envs=[env])
-        return StackSource(settings, [env], concurrency=16)
+        return StackSource(stack_settings(opts, env), [env], concurrency=16)
 
     report = run_audit(opts, make_source)
     log.info("audit gate:\n%s", summary(report))

@@ -38,9 +38,25 @@ class AuditOptions:
     n: int = 8
     seed: int = 0
     probes: list[str] | None = None  # None: every loaded probe
-    max_turns: int = 8
+    max_turns: int = 16
+    max_output_tokens: int = 2048  # per model call; an episode may use max_turns of them
     resamples: int = 2000
     allowlist: list[AllowEntry] = field(default_factory=list)
+
+
+def stack_settings(opts: AuditOptions, env: str, *, config: str | None = None, redis_url: str | None = None):
+    """Settings of the embedded stack that runs one environment's probes: the scripted backend and
+    budgets large enough for a gold path (a long `gold.calls`) to finish."""
+    from rollgate.core.settings import Settings
+
+    agent = {
+        "max_turns": opts.max_turns,
+        "max_output_tokens_per_call": opts.max_output_tokens,
+        "max_output_tokens": opts.max_output_tokens * opts.max_turns,
+    }
+    settings = Settings.load(config, redis_url=redis_url, model={"backend": "scripted"}, agent=agent)
+    settings.envs = [env]
+    return settings
 
 
 def _err(kind: str, message: str) -> dict[str, Any]:
@@ -194,6 +210,11 @@ def _conclude(env: str, entries: dict[str, dict[str, Any]], results: dict[str, l
         entry["verdict"] = v
         if why:
             entry["why"] = why
+        truncated = sum(t.outcome.value == "truncated" for t in trajs)
+        if truncated:
+            entry["truncated"] = truncated  # ran out of turns: raise --max-turns for long gold paths
+        if v == "reference" and stats[name].mean < highest - EPS:
+            entry["example"] = transcript(min(trajs, key=lambda t: t.reward or 0.0))  # why the gold fell short
         if v in FLAGGED or v == "strict_format":
             best = (
                 max(trajs, key=lambda t: t.reward or 0.0) if v in FLAGGED else min(trajs, key=lambda t: t.reward or 0.0)
@@ -288,7 +309,14 @@ def run_audit(
         "kind": REPORT_KIND,
         "schema_version": REPORT_SCHEMA_VERSION,
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "options": {"envs": opts.envs, "n": opts.n, "seed": opts.seed, "probes": names, "max_turns": opts.max_turns},
+        "options": {
+            "envs": opts.envs,
+            "n": opts.n,
+            "seed": opts.seed,
+            "probes": names,
+            "max_turns": opts.max_turns,
+            "max_output_tokens": opts.max_output_tokens,
+        },
         "probes": {n: {"kind": p.kind, "description": p.description} for n, p in probes.probes.items()},
         "seconds": round(time.monotonic() - started, 2),
         **counts(report_envs),
