@@ -54,7 +54,10 @@ def stack_settings(opts: AuditOptions, env: str, *, config: str | None = None, r
         "max_output_tokens_per_call": opts.max_output_tokens,
         "max_output_tokens": opts.max_output_tokens * opts.max_turns,
     }
-    settings = Settings.load(config, redis_url=redis_url, model={"backend": "scripted"}, agent=agent)
+    # No model directory: the scripted backend then has no tokenizer and no context limit, so a long
+    # prompt (reasoning_gym/arc_agi) or the long-output probe is never refused for the tiny model's 2048.
+    model = {"backend": "scripted", "model_path": ""}
+    settings = Settings.load(config, redis_url=redis_url, model=model, agent=agent)
     settings.envs = [env]
     return settings
 
