@@ -21,7 +21,7 @@ from rollgate.core.schemas import Trajectory
 from rollgate.evaluation.audit.probes import ProbeContext, ProbeSet, check_script, load_probes
 from rollgate.evaluation.audit.verdict import EPS, FLAGGED, MIN_EFFECT, AllowEntry, Stat, allowed, stat, verdict
 from rollgate.evaluation.sources import SampleRequest, Source
-from rollgate.evaluation.tasks import EvalTask, generate_tasks, reward_range
+from rollgate.evaluation.tasks import EvalTask, env_class, generate_tasks, reward_range
 
 log = logging.getLogger("rollgate.audit")
 
@@ -81,8 +81,6 @@ def resolve(patterns: Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any
 
 
 def _tools(env: str) -> list[dict[str, Any]]:
-    from rollgate.evaluation.tasks import env_class
-
     try:
         return list(env_class(env).tool_schemas())
     except Exception:  # noqa: BLE001 - a probe without tools still runs; the environment's own error comes later
@@ -100,6 +98,8 @@ def reference_answers(env: str, tasks: list[EvalTask]) -> dict[str, str]:
 
     out: dict[str, str] = {}
     try:
+        if not callable(getattr(env_class(env), "reference_answer", None)):
+            return out  # nothing to build (building may start a sandbox or a server)
         instance = load_env(env)
         if not callable(getattr(instance, "reference_answer", None)) or "seed" in instance._async_hooks:
             return out
