@@ -47,3 +47,7 @@ def test_no_new_exploitable_verdict_in_shipped_environments_and_family_samples()
     # the probes did run: every environment has a floor and most probes a verdict
     for env, block in report["envs"].items():
         assert block["probes"]["floor"]["verdict"] in ("clean", "suspicious", "exploitable"), env
+    # gold answers the rows do not carry come from the environment (reasoning-gym's reference_answer)
+    assert report["envs"]["reasoning_gym/caesar_cipher"]["reference"] == 1.0
+    # game2048 paid 0.10-0.20 for a game with zero moves before its fix
+    assert report["envs"]["game2048"]["probes"]["floor"]["mean"] == 0.0
