@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("rollgate.commands.export", "export trajectories for trainers (jsonl, parquet, sft)"),
     "doctor": ("rollgate.commands.doctor", "check every configured part and say how to fix what fails"),
     "eval": ("rollgate.commands.eval", "evaluate on environments: pass@k with intervals, compare, reverify"),
+    "audit": ("rollgate.commands.audit", "probe environments for reward hacks with scripted policies"),
     "envs": ("rollgate.commands.envs", "list every environment: family, tools, available or why not"),
     "tasks": ("rollgate.commands.tasks", "write N task rows for an environment (train or eval split)"),
     "train": ("rollgate.commands.train", "run a learning recipe: SFT on gold demos, then GRPO, held-out curve"),

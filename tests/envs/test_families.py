@@ -263,3 +263,15 @@ def test_a_split_with_no_tasks_points_at_the_other_split(tmp_path, capsys):
     assert main(args) == 2
     assert "--split eval has" in capsys.readouterr().err
     assert main([*args, "--split", "eval"]) == 0
+
+
+@pytest.mark.parametrize("reply,reward", [("I don't know.", 0.0), ("False", None), ("True", None), ("", 0.0)])
+async def test_game_of_life_halting_pays_only_the_right_word(reply, reward):
+    # reasoning-gym's scorer compared bool(answer) == bool(entry["answer"]): any reply earned 1.0
+    env = "reasoning_gym/game_of_life_halting"
+    rt = EnvRuntime(load_env(env), MemorySessionStore())
+    row = default_registry().get(env).tasks(1, 0, None, "train")[0]
+    sid = (await rt.seed(row)).session_id
+    truth = load_env(env).reference_answer(rg.RGState(**await rt.state(sid)))
+    got = (await rt.verify(sid, {"response": f"<answer>{reply}</answer>"})).reward
+    assert got == (reward if reward is not None else float(reply == truth))

@@ -114,3 +114,12 @@ async def test_a_full_board_without_merges_is_game_over():
     out = await rt.call_tool(sid, "move", {"direction": "left"})
     assert out.is_error and "game over" in out.output
     assert (await rt.state(sid))["board"] == full
+
+
+async def test_a_game_with_no_move_earns_nothing():
+    # `rollgate audit` found the old formula paid 0.10-0.20 here: the spawned 2 or 4 counted as progress
+    rt = runtime("game2048")
+    for row in example_rows("game2048")[:6]:
+        sid = (await rt.seed(row)).session_id
+        result = await rt.verify(sid, VerifyRequest(response="Answer: done"))
+        assert result.reward == 0.0 and result.metrics["moves"] == 0

@@ -9,8 +9,10 @@ Randomness lives in the session state: the new tile after move k is drawn from
 same game from the same seed.
 
 Reward (from the state): with M the highest tile and T the row's `target_tile`,
-`progress` = 0.7 * min(1, log2(M) / log2(T)) and `reached` = 0.3 if M >= T else 0;
-the reward is their sum (1.0 when the target is reached).
+`progress` = 0.7 * min(1, log2(M / 4) / log2(T / 4)) and `reached` = 0.3 if M >= T else 0;
+the reward is their sum (1.0 when the target is reached). Progress counts from 4, the largest
+tile that spawns by itself: a game with no move, or no merge, earns 0 (`rollgate audit` found
+that the first formula paid 0.10-0.20 for an episode with zero moves).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ SIZE = 4
 Direction = Literal["up", "down", "left", "right"]
 DIRECTIONS: tuple[Direction, ...] = ("up", "down", "left", "right")
 WEIGHTS = {"progress": 0.7, "reached": 0.3}
+SPAWN_MAX = 4  # the largest tile a move spawns
 
 INSTRUCTIONS = (
     "You are playing 2048 on a 4x4 board. Use `move` with direction up, down, left or right: all tiles "
@@ -174,7 +177,8 @@ class Game2048Env(Environment):
         return f"{render(state.board)}\nscore: {state.score}  max tile: {state.max_tile}{note}"
 
     def verify(self, state: Game2048State, request: VerifyRequest) -> VerifyResult:
-        progress = min(1.0, math.log2(state.max_tile) / math.log2(state.target_tile))
+        free = math.log2(SPAWN_MAX)  # tiles up to 4 appear without any move
+        progress = min(1.0, max(0.0, math.log2(state.max_tile) - free) / (math.log2(state.target_tile) - free))
         reached = 1.0 if state.max_tile >= state.target_tile else 0.0
         return weighted_sum(
             {"progress": progress, "reached": reached},

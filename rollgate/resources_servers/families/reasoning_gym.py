@@ -9,6 +9,9 @@ Reward: the dataset's own `score_answer` on the answer: the argument of the opti
 `submit_answer` tool when the model called it, else the last <answer>...</answer> of its final
 message, else that message. A dataset that raises while generating or scoring fails the episode
 (env_error naming the dataset), never a reward of 0.
+
+Where a dataset's scorer pays for a non-answer, Rollgate scores instead (`SCORER_FIXES`, each found
+by `rollgate audit`, docs/audit.md); other reviewed holes are listed in the audit's allowlist.
 """
 
 from __future__ import annotations
@@ -63,6 +66,17 @@ class RGState(BaseModel):
     submitted: str | None = None
 
 
+def _halting_score(answer: str | None, entry: dict[str, Any]) -> float:
+    """game_of_life_halting: reasoning-gym 0.1 compares `bool(answer) == bool(entry["answer"])`,
+    true for any two non-empty strings, so every reply earned 1.0 (the audit's floor, "I don't
+    know", did). The answer is the word True or False."""
+    given = (answer or "").strip().strip(".").lower()
+    return 1.0 if given == str(entry["answer"]).strip().lower() else 0.0
+
+
+SCORER_FIXES = {"game_of_life_halting": _halting_score}
+
+
 class ReasoningGymEnv(Environment):
     """One reasoning-gym dataset. Importing this module never imports reasoning_gym."""
 
@@ -109,7 +123,8 @@ class ReasoningGymEnv(Environment):
         entry = self._entry(state)
         scorer = _dataset(self.name, self.dataset, canonical(state.config), state.data_seed or 0)
         try:
-            score = scorer.score_answer(answer, entry)
+            fix = SCORER_FIXES.get(self.dataset)
+            score = fix(answer, entry) if fix else scorer.score_answer(answer, entry)
         except Exception as exc:  # the dataset's own scorer failed: an environment failure
             raise library_failure(self.name, "score_answer", exc) from exc
         if not isinstance(score, (int, float)) or not math.isfinite(score):
