@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollgate.core.openapi import errors, inline_schema, json_content, link
+from rollgate.core.openapi import errors, inline_schema, json_content, link, semantic_checks
 from rollgate.model_server import wire
 from rollgate.model_server.backend import ConstrainedBackend
 from rollgate.model_server.capture import SESSION_PATTERN
@@ -234,7 +234,13 @@ def post_docs(path: str, shape: ModelShape, *, capture: bool) -> dict[str, Any]:
     """`openapi_extra` and `responses` of a POST model route."""
     schema, model, what = _POST[path]
     extra: dict[str, Any] = {
-        "requestBody": {"required": True, "content": {"application/json": {"schema": schema(shape)}}}
+        "requestBody": {"required": True, "content": {"application/json": {"schema": schema(shape)}}},
+        # the model's context is the server's state, not the schema's: a bigger token budget is a 400
+        # (every dialect's budget is checked as the Responses request it becomes)
+        **semantic_checks(
+            ("max_output_tokens", "at most the model's context (model.max_context_tokens)"),
+            ("tool_choice", "names a declared tool; `required` needs tools; a forced call needs constrained decoding"),
+        ),
     }
     if capture:
         extra["parameters"] = [session_param(checked=True)]

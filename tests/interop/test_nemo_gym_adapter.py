@@ -248,11 +248,14 @@ async def test_the_model_reaches_tool_routes_only_whatever_name_it_invents(serve
         out = await runtime.call_tool(seeded.session_id, name, {})
         assert out.is_error and out.output.startswith(f"error: unknown tool {name!r}"), name
     # 3) a row that offers protocol routes as tools: a schema mismatch naming the server, nothing sent
-    hostile = [*tools, *({"type": "function", "name": n, "parameters": {}} for n in [*INVENTED, ""])]
+    hostile = [*tools, *({"type": "function", "name": n, "parameters": {}} for n in INVENTED)]
     seeded = await runtime.seed(runtime.parse(row(tools=hostile)))
-    for name in [*INVENTED, ""]:
+    for name in INVENTED:
         with pytest.raises(UpstreamError, match=f"NeMo Gym server {server.url}: the task offers a tool"):
             await runtime.call_tool(seeded.session_id, name, {})
+    # a tool without a name is refused with the row, before anything is seeded
+    with pytest.raises(BadRequest, match=rf"tools\[{len(hostile)}\]\.name: must be a non-empty string"):
+        runtime.parse(row(tools=[*hostile, {"type": "function", "name": "", "parameters": {}}]))
     await env.aclose()
     after = server.calls()
     # one episode and two direct seeds: three seeds, one verify; no other protocol route was reached
