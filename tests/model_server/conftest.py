@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rollgate.core.metrics import Metrics
+from rollgate.core.serving import serve_in_thread
 from tests.devices import TEST_DEVICE
 
 CALC_TOOL = {
@@ -26,3 +27,27 @@ def local_stack(tiny_model_dir):
     service = ModelService(backend, served_name="rollgate-tiny", metrics=metrics)
     yield service, backend, metrics
     backend.engine.close()
+
+
+@pytest.fixture(scope="module")
+def url(local_stack):
+    """The local stack's model service over real HTTP on loopback."""
+    from rollgate.model_server.app import create_model_app
+
+    service, _, metrics = local_stack
+    with serve_in_thread(create_model_app(service, metrics)) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def scripted_url(tiny_model_dir):
+    """The scripted backend (instant, deterministic) with the tiny model's tokenizer, over HTTP."""
+    from transformers import AutoTokenizer
+
+    from rollgate.model_server.app import create_model_app
+    from rollgate.model_server.scripted import ScriptedBackend
+    from rollgate.model_server.service import ModelService
+
+    service = ModelService(ScriptedBackend(AutoTokenizer.from_pretrained(tiny_model_dir), max_context=2048))
+    with serve_in_thread(create_model_app(service)) as base:
+        yield base

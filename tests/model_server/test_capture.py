@@ -16,19 +16,11 @@ from rollgate.core.replicas import ReplicaSet
 from rollgate.core.serving import serve_in_thread
 from rollgate.gateway.model_routes import model_router
 from rollgate.gateway.proxy import Forwarder, proxy_router
-from rollgate.model_server.app import create_model_app
 from rollgate.model_server.capture import CaptureStore
 from rollgate.model_server.output import Generation
 from tests.model_server.test_chat_completions import CHAT_TOOL
 
 MODEL = "rollgate-tiny"
-
-
-@pytest.fixture(scope="module")
-def url(local_stack):
-    service, _, metrics = local_stack
-    with serve_in_thread(create_model_app(service, metrics)) as base:
-        yield base
 
 
 def _chat_episode(base_url: str, turns: int, seed: int) -> None:

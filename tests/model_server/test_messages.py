@@ -6,12 +6,9 @@ from __future__ import annotations
 import anthropic
 import httpx
 import pytest
-from transformers import AutoTokenizer
 
 from rollgate.core.serving import serve_in_thread
 from rollgate.model_server.app import create_model_app
-from rollgate.model_server.scripted import ScriptedBackend
-from rollgate.model_server.service import ModelService
 
 MODEL = "rollgate-tiny"
 CALC = {
@@ -25,13 +22,6 @@ CALC = {
 def tiny_url(local_stack):
     service, _, metrics = local_stack
     with serve_in_thread(create_model_app(service, metrics)) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def scripted_url(tiny_model_dir):
-    service = ModelService(ScriptedBackend(AutoTokenizer.from_pretrained(tiny_model_dir), max_context=2048))
-    with serve_in_thread(create_model_app(service)) as url:
         yield url
 
 

@@ -6,18 +6,9 @@ from __future__ import annotations
 import openai
 import pytest
 
-from rollgate.core.serving import serve_in_thread
-from rollgate.model_server.app import create_model_app
 from rollgate.model_server.response_store import ResponseStore
 
 MODEL = "rollgate-tiny"
-
-
-@pytest.fixture(scope="module")
-def url(local_stack):
-    service, _, metrics = local_stack
-    with serve_in_thread(create_model_app(service, metrics)) as base:
-        yield base
 
 
 @pytest.fixture

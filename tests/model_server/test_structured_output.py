@@ -22,9 +22,7 @@ from pydantic import BaseModel, Field
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollgate.core.serving import serve_in_thread
-from rollgate.model_server.app import create_model_app
 from rollgate.model_server.passthrough import OpenAIPassthrough
-from rollgate.model_server.scripted import ScriptedBackend
 from rollgate.model_server.service import ModelService
 from rollgate.model_server.structured import responses_format
 from rollgate.model_server.structured_tokens import TokenIndex
@@ -66,20 +64,6 @@ class Pet(BaseModel):  # nested models: the SDK's strict schema uses $defs and $
     kind: str = Field(max_length=8)
     owner: Owner
     legs: int
-
-
-@pytest.fixture(scope="module")
-def url(local_stack):
-    service, _, metrics = local_stack
-    with serve_in_thread(create_model_app(service, metrics)) as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
-def scripted_url(tiny_model_dir):
-    service = ModelService(ScriptedBackend(AutoTokenizer.from_pretrained(tiny_model_dir), max_context=2048))
-    with serve_in_thread(create_model_app(service)) as base:
-        yield base
 
 
 def _fmt(name: str, schema: dict | None = None) -> dict:

@@ -11,12 +11,7 @@ import anthropic
 import jsonschema
 import openai
 import pytest
-from transformers import AutoTokenizer
 
-from rollgate.core.serving import serve_in_thread
-from rollgate.model_server.app import create_model_app
-from rollgate.model_server.scripted import ScriptedBackend
-from rollgate.model_server.service import ModelService
 from tests.model_server.conftest import CALC_TOOL
 
 MODEL = "rollgate-tiny"
@@ -35,20 +30,6 @@ TOOLS = [CALC_TOOL, WEATHER_TOOL]
 SCHEMAS = {t["name"]: t["parameters"] for t in TOOLS}
 CHAT_TOOLS = [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in TOOLS]
 MESSAGES_TOOLS = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]} for t in TOOLS]
-
-
-@pytest.fixture(scope="module")
-def url(local_stack):
-    service, _, metrics = local_stack
-    with serve_in_thread(create_model_app(service, metrics)) as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
-def scripted_url(tiny_model_dir):
-    service = ModelService(ScriptedBackend(AutoTokenizer.from_pretrained(tiny_model_dir), max_context=2048))
-    with serve_in_thread(create_model_app(service)) as base:
-        yield base
 
 
 def _openai(url: str) -> openai.OpenAI:
