@@ -34,7 +34,7 @@ from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollgate.core.app import FastJSONResponse, parse_json
-from rollgate.core.errors import BadRequest, Unauthorized
+from rollgate.core.errors import BadRequest, Unauthorized, field_error
 from rollgate.core.openapi import error_response, inline_schema, semantic_checks
 from rollgate.model_server.backend import (
     Backend,
@@ -99,9 +99,7 @@ def parse_update(raw: bytes, content_type: str, query_version: str | None) -> tu
     try:
         update = WeightsUpdate.model_validate(body)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err.get("loc", ())) or "body"
-        raise BadRequest(f"{field}: {err.get('msg')}", component=COMPONENT, field=field) from None
+        raise field_error(exc, component=COMPONENT) from None
     if query_version is not None and query_version != update.version:
         raise BadRequest("version is given twice, and differently", component=COMPONENT, field="version")
     return update.version, update.path, None
