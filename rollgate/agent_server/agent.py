@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollgate.agent_server import items as it
-from rollgate.agent_server.episode import Episode, EpisodeFailure, failure
+from rollgate.agent_server.episode import Episode, EpisodeFailure, Phase, failure
 from rollgate.core.errors import BadRequest, ContextExhausted
-from rollgate.core.items import output_text
+from rollgate.core.items import Item, output_text
 from rollgate.core.logging import log_context
 from rollgate.core.metrics import Metrics
 from rollgate.core.rows import Task, derive_seed, group_id
@@ -35,6 +35,7 @@ from rollgate.core.schemas import (
     TaskRef,
     Trajectory,
     VerifyRequest,
+    VerifyResult,
     new_id,
 )
 from rollgate.core.settings import AgentSettings
@@ -74,7 +75,7 @@ class Agent:
         self.settings = settings
         self.model_name = model_name
         self.metrics = metrics if metrics is not None else Metrics.off()
-        self._tools: dict[str, list[dict[str, Any]]] = {}
+        self._tools: dict[str, list[Item]] = {}
 
     # --- public -------------------------------------------------------------------------
     async def run(self, task: Task, ctx: RunContext | None = None) -> Trajectory:
@@ -112,7 +113,6 @@ class Agent:
                 await self._close(env_name, ep.session_id)
                 m.in_flight.labels(env_name).dec()
         ep.timings.total_s = time.monotonic() - started
-        ep.metrics["output_tokens"] = ep.output_tokens
         traj = Trajectory(
             trajectory_id=trajectory_id,
             group_id=ctx.group_id or group_id(task.task_id, job_id=ctx.job_id, row_index=task.row_index),
@@ -130,7 +130,7 @@ class Agent:
             timings=ep.timings,
             reward=verdict.reward if verdict else None,
             reward_components=verdict.reward_components if verdict else None,
-            metrics={**ep.metrics, **(verdict.metrics if verdict else {})},
+            metrics={**ep.counters.as_metrics(), **(verdict.metrics if verdict else {})},
         )
         m.rollouts_finished.labels(env_name, outcome.value).inc()
         if traj.reward is not None:
@@ -138,7 +138,7 @@ class Agent:
         return traj
 
     # --- the episode --------------------------------------------------------------------
-    async def _guarded(self, task: Task, ctx: RunContext, ep: Episode, deadline: float):
+    async def _guarded(self, task: Task, ctx: RunContext, ep: Episode, deadline: float) -> tuple[Outcome, VerifyResult]:
         """Run the episode under its wall-clock budget and the job's cancel signal."""
         remaining = deadline - time.monotonic()
         episode = asyncio.ensure_future(self._episode(task, ctx, ep, deadline))
@@ -171,7 +171,7 @@ class Agent:
             Outcome.timeout, ErrorInfo(kind=ErrorKind.timeout, component="agent", message=f"episode exceeded {what}")
         )
 
-    async def _episode(self, task: Task, ctx: RunContext, ep: Episode, deadline: float):
+    async def _episode(self, task: Task, ctx: RunContext, ep: Episode, deadline: float) -> tuple[Outcome, VerifyResult]:
         s = self.settings
         env_name = task.env
         env = self.envs[env_name]
@@ -180,9 +180,9 @@ class Agent:
             seeded = await env.seed(task.row, timeout_s=s.seed_timeout_s)
             tools = task.row.responses_create_params.get("tools") or await self._env_tools(env_name, env)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a typed outcome
-            raise failure(exc, "seed") from None
+            raise failure(exc, Phase.seed) from None
         ep.timings.seed_s = time.monotonic() - t
-        self._hop("seed", env_name, ep.timings.seed_s)
+        self._hop(Phase.seed, env_name, ep.timings.seed_s)
         ep.session_id = seeded.session_id
         with log_context(session_id=seeded.session_id):
             return await self._turns(task, env_name, ctx, ep, env, tools, seeded.observation, deadline)
@@ -194,10 +194,10 @@ class Agent:
         ctx: RunContext,
         ep: Episode,
         env: EnvClient,
-        tools,
+        tools: list[Item],
         observation: str | None,
         deadline: float,
-    ):
+    ) -> tuple[Outcome, VerifyResult]:
         s = self.settings
         ep.add_input(it.input_items(task.row.responses_create_params["input"]))
         if observation:
@@ -206,7 +206,7 @@ class Agent:
         base_request = self._base_request(task, ctx, tools, ep.session_id)
         outcome = Outcome.completed
         for turn_no in range(s.max_turns):
-            budget = s.max_output_tokens - ep.output_tokens
+            budget = s.max_output_tokens - ep.counters.output_tokens
             if budget <= 0:
                 outcome = Outcome.truncated
                 break
@@ -218,7 +218,7 @@ class Agent:
                 outcome = Outcome.truncated
                 break
             output, status = called
-            ep.metrics["turns"] = turn_no + 1
+            ep.counters.turns = turn_no + 1
             calls = it.function_calls(output)
             if not calls:
                 ep.final_text = output_text(output)
@@ -231,7 +231,7 @@ class Agent:
         verdict = await self._verify(env, env_name, ep)
         return outcome, verdict
 
-    def _base_request(self, task: Task, ctx: RunContext, tools, session_id: str) -> dict[str, Any]:
+    def _base_request(self, task: Task, ctx: RunContext, tools: list[Item], session_id: str) -> dict[str, Any]:
         rcp = task.row.responses_create_params
         params = {k: v for k, v in rcp.items() if k not in ("input", "tools", "stream")}
         params.update(self._sampling(task, ctx))
@@ -258,12 +258,15 @@ class Agent:
             out["seed"] = int(out["seed"]) + ctx.sample_index  # repeats of one task must differ
         return out
 
-    async def _env_tools(self, env_name: str, env: EnvClient) -> list[dict[str, Any]]:
+    async def _env_tools(self, env_name: str, env: EnvClient) -> list[Item]:
         if env_name not in self._tools:
             self._tools[env_name] = await env.tools()
         return self._tools[env_name]
 
-    async def _call_model(self, base_request, ep: Episode, env_name: str, budget: int, deadline: float):
+    async def _call_model(
+        self, base_request: dict[str, Any], ep: Episode, env_name: str, budget: int, deadline: float
+    ) -> tuple[list[Item], str | None] | None:
+        """One model call: its output items and status, or None when the context is exhausted."""
         s = self.settings
         per_call = int(base_request.get("max_output_tokens") or s.max_output_tokens_per_call)
         request = {**base_request, "input": ep.history, "max_output_tokens": max(1, min(per_call, budget))}
@@ -274,27 +277,27 @@ class Agent:
             output = it.output_items(response)
             turn = it.turn_from_output(output)
         except ContextExhausted as exc:
-            if not ep.metrics["turns"]:  # the task's own prompt does not fit: nothing to verify
-                raise failure(exc, "model") from None
+            if not ep.counters.turns:  # the task's own prompt does not fit: nothing to verify
+                raise failure(exc, Phase.model) from None
             # The conversation outgrew the model's context: a budget ran out, not a failure.
-            ep.metrics["context_exhausted"] = True
+            ep.counters.context_exhausted = True
             return None
         except Exception as exc:  # noqa: BLE001
-            raise failure(exc, "model") from None
+            raise failure(exc, Phase.model) from None
         dt = time.monotonic() - t
         ep.timings.model_s += dt
-        self._hop("model", env_name, dt)
+        self._hop(Phase.model, env_name, dt)
         usage = response.get("usage") or {}
         if turn is not None:
             turn.finish_reason = "length" if response.get("status") == "incomplete" else "stop"
             if ep.turns and not it.extends(ep.turns[-1], turn):
-                ep.metrics["token_drift"] += 1
+                ep.counters.token_drift += 1
                 self.metrics.token_drift.labels(env_name).inc()
             ep.turns.append(turn)
-            ep.output_tokens += len(turn.generation_token_ids)
+            ep.counters.output_tokens += len(turn.generation_token_ids)
             in_tokens = len(turn.prompt_token_ids)
         else:
-            ep.output_tokens += int(usage.get("output_tokens") or 0)
+            ep.counters.output_tokens += int(usage.get("output_tokens") or 0)
             in_tokens = int(usage.get("input_tokens") or 0)
         self.metrics.tokens.labels("in", env_name).inc(in_tokens)
         self.metrics.tokens.labels("out", env_name).inc(
@@ -303,10 +306,12 @@ class Agent:
         ep.add_model_output(output)
         return output, response.get("status")
 
-    async def _run_tools(self, env: EnvClient, env_name: str, ep: Episode, calls, tool_names, deadline: float) -> None:
+    async def _run_tools(
+        self, env: EnvClient, env_name: str, ep: Episode, calls: list[Item], tool_names: set[str], deadline: float
+    ) -> None:
         t = time.monotonic()
 
-        async def one(call: dict[str, Any]) -> dict[str, Any]:
+        async def one(call: Item) -> Item:
             name = call.get("name")
             call_id = call.get("call_id") or call.get("id") or ""
             if name not in tool_names:
@@ -322,21 +327,21 @@ class Agent:
                         timeout_s=_within(self.settings.tool_timeout_s, deadline),
                     )
                 except Exception as exc:  # noqa: BLE001
-                    raise failure(exc, "tool") from None
-                self._hop("tool", env_name, time.monotonic() - started)
+                    raise failure(exc, Phase.tool) from None
+                self._hop(Phase.tool, env_name, time.monotonic() - started)
                 text, is_error = out.output, out.is_error
-            ep.metrics["tool_errors"] += int(is_error)
+            ep.counters.tool_errors += int(is_error)
             return {"type": "function_call_output", "call_id": call_id, "output": text}
 
         results = await asyncio.gather(*(one(c) for c in calls), return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):
                 raise r
-        ep.metrics["tool_calls"] += len(calls)
+        ep.counters.tool_calls += len(calls)
         ep.timings.tools_s += time.monotonic() - t
         ep.add_input(list(results))  # type: ignore[arg-type]
 
-    async def _verify(self, env: EnvClient, env_name: str, ep: Episode):
+    async def _verify(self, env: EnvClient, env_name: str, ep: Episode) -> VerifyResult:
         t = time.monotonic()
         try:
             verdict = await env.verify(
@@ -345,11 +350,11 @@ class Agent:
                 timeout_s=self.settings.verify_timeout_s,
             )
         except Exception as exc:  # noqa: BLE001
-            raise failure(exc, "verify") from None
+            raise failure(exc, Phase.verify) from None
         if verdict.closed:  # closed with the verdict: nothing left for _close to do
             ep.session_id = None
         ep.timings.verify_s = time.monotonic() - t
-        self._hop("verify", env_name, ep.timings.verify_s)
+        self._hop(Phase.verify, env_name, ep.timings.verify_s)
         return verdict
 
     async def _close(self, env_name: str, session_id: str | None) -> None:
@@ -359,7 +364,7 @@ class Agent:
         with contextlib.suppress(Exception):
             await asyncio.shield(self.envs[env_name].close(session_id, timeout_s=5.0))
 
-    def _hop(self, hop: str, env_name: str, seconds: float) -> None:
+    def _hop(self, hop: Phase, env_name: str, seconds: float) -> None:
         self.metrics.hop_latency.labels(hop, env_name).observe(seconds)
 
 

@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -21,6 +22,9 @@ from pydantic import BaseModel
 from rollgate.core.errors import UpstreamError
 from rollgate.core.settings import Settings
 from rollgate.jobs.redis_loss import persistence_problem
+
+if TYPE_CHECKING:
+    from rollgate.resources_servers.registry import EnvRegistry
 
 
 class Status(str, enum.Enum):
@@ -249,16 +253,16 @@ async def check_env_url(
 # ---- in-process parts ---------------------------------------------------------------------------
 
 
-def check_env_local(env: str) -> CheckResult:
-    from rollgate.resources_servers.registry import env_names, load_env, unknown_message
+def check_env_local(env: str, registry: EnvRegistry) -> CheckResult:
+    from rollgate.resources_servers.registry import unknown_message
 
     name = f"env:{env}"
-    if env not in env_names(available_only=False):
-        known = env_names(available_only=False)
+    known = registry.names(available_only=False)
+    if env not in known:
         message = unknown_message(env, known)
         return fail(name, message.split(" (known:")[0], f"set envs to known ones ({message.split('(known: ')[-1]}")
     try:
-        loaded = load_env(env)
+        loaded = registry.load(env)
         tools = loaded.tool_schemas()
     except UpstreamError as exc:  # a configured environment's server: Rollgate's install is fine
         return fail(
@@ -277,12 +281,9 @@ def check_env_local(env: str) -> CheckResult:
     return ok(name, f"loads in-process, {len(tools)} tool(s)")
 
 
-def check_env_pattern(pattern: str) -> CheckResult:
+def check_env_pattern(pattern: str, registry: EnvRegistry) -> CheckResult:
     """A glob of setting envs ("*", "reasoning_gym/*"): every environment it selects builds."""
-    from rollgate.resources_servers.registry import default_registry
-
     name = f"envs:{pattern}"
-    registry = default_registry()
     try:
         names = registry.resolve([pattern])
     except Exception as exc:  # an unmatched pattern is the finding

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -33,6 +34,9 @@ from rollgate.commands.checks import (
 )
 from rollgate.core.settings import Settings
 
+if TYPE_CHECKING:
+    from rollgate.resources_servers.registry import EnvRegistry
+
 
 async def _timed(name: str, check: Check, timeout_s: float) -> CheckResult:
     started = time.perf_counter()
@@ -46,17 +50,17 @@ async def _timed(name: str, check: Check, timeout_s: float) -> CheckResult:
     return result
 
 
-def _configure_entries(settings: Settings) -> str | None:
-    """Check the entries of external environments (`{name, kind, ...}`) and make them known to the
-    registry, so the per-environment checks below can build them. Returns the error, if any."""
+def _registry(settings: Settings) -> tuple[EnvRegistry, str | None]:
+    """The registry the per-environment checks build from: the installed environments and the
+    entries of external ones (`{name, kind, ...}`), checked here. With a bad entry: the installed
+    ones alone, and the entry's error."""
     from rollgate.core.errors import RollgateError
-    from rollgate.resources_servers.registry import configure_envs
+    from rollgate.resources_servers.registry import default_registry, registry_for
 
     try:
-        configure_envs(settings.env_entries)
+        return registry_for(settings), None
     except RollgateError as exc:
-        return exc.message
-    return None
+        return default_registry(), exc.message
 
 
 def _in_thread(fn: Callable[..., CheckResult], *args, **kwargs) -> Check:
@@ -80,7 +84,7 @@ async def run_checks(
             checks.append(("gateway", lambda: check_gateway(gateway_url, client, auth)))
         checks.extend(_model_checks(settings, client, auth))
         checks.append(("plugins", _in_thread(check_plugins)))
-        entries_error = _configure_entries(settings)
+        registry, entries_error = _registry(settings)
         if entries_error:
             checks.append(("envs", _in_thread(fail, "envs", entries_error, "fix that entry of envs (docs/interop.md)")))
         for env in dict.fromkeys([*settings.env_names, *settings.env_urls]):
@@ -88,9 +92,9 @@ async def run_checks(
             if urls:
                 checks.extend((f"env:{env}", (lambda e=env, u=u: check_env_url(e, u, client, auth))) for u in urls)
             elif any(c in env for c in "*?["):
-                checks.append((f"envs:{env}", _in_thread(check_env_pattern, env)))
+                checks.append((f"envs:{env}", _in_thread(check_env_pattern, env, registry)))
             else:
-                checks.append((f"env:{env}", _in_thread(check_env_local, env)))
+                checks.append((f"env:{env}", _in_thread(check_env_local, env, registry)))
         # the probe forks a few short processes; 10 s covers a slow host
         checks.append(("sandbox", _in_thread(check_sandbox)))
         return list(

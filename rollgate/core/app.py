@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rollgate.core import jsonutil
 from rollgate.core.channel import CHANNEL_PATH, NOT_HERE, serve_channel
-from rollgate.core.errors import BadRequest, CapacityError, PayloadTooLarge, RollgateError
+from rollgate.core.errors import BadRequest, CapacityError, PayloadTooLarge, RollgateError, field_of, reason_of
 from rollgate.core.openapi import install_openapi
 from rollgate.core.schemas import ErrorKind
 
@@ -114,24 +114,23 @@ class BodySizeLimit:
             await error_response(exc)(scope, receive, send)
 
 
-def _validation_field(loc: tuple | list) -> str:
+def _validation_field(error: Mapping[str, Any]) -> str:
     # ("body", "responses_create_params", "input") -> "responses_create_params.input"
-    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
-    return ".".join(parts) or "body"
+    return field_of(error, skip=("body", "query", "path")) or "body"
 
 
 def validation_response(exc: RequestValidationError, component: str) -> JSONResponse:
     """422 naming the first bad field, plus up to 20 details."""
     errors = exc.errors()
     first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
-    field = _validation_field(first.get("loc", ()))
+    field = _validation_field(first)
     body = {
         "error": {
             "kind": "bad_request",
             "component": component,
             "field": field,
-            "message": f"{field}: {first.get('msg')}",
-            "details": [{"field": _validation_field(e.get("loc", ())), "message": e.get("msg")} for e in errors[:20]],
+            "message": f"{field}: {reason_of(first)}",
+            "details": [{"field": _validation_field(e), "message": reason_of(e)} for e in errors[:20]],
         }
     }
     return FastJSONResponse(body, status_code=422)

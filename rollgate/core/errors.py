@@ -136,20 +136,30 @@ def error_from_body(body: dict, *, component: str, status: int) -> RollgateError
 # pydantic's ValidationError -> the field error every part reports ---------------------------
 
 
-def field_of(error: Mapping[str, Any], *, prefix: str = "", skip: Collection[str] = ()) -> str:
+def field_of(error: Mapping[str, Any], *, prefix: str = "", skip: Collection[str] = (), indexed: bool = False) -> str:
     """One pydantic error's location as a dotted field path (`tasks.0.env`) under `prefix`,
-    without the entries of `skip` (e.g. the union member tags pydantic adds: "str", "int")."""
-    parts = [str(p) for p in error.get("loc", ()) if str(p) not in skip]
-    return ".".join(p for p in (prefix, *parts) if p)
+    without the entries of `skip` (e.g. the union member tags pydantic adds: "str", "int").
+    `indexed`: list positions as `[i]` (`input[0].content`, the style of the OpenAI APIs)."""
+    path = prefix
+    for p in error.get("loc", ()):
+        part = str(p)
+        if not part or part in skip:
+            continue
+        if indexed and isinstance(p, int):
+            path += f"[{p}]"
+        else:
+            path += f".{part}" if path else part
+    return path
 
 
-def _reason(error: Mapping[str, Any]) -> str:
+def reason_of(error: Mapping[str, Any]) -> str:
+    """One pydantic error's message, without pydantic's "Value error, " before a validator's own."""
     return str(error.get("msg", "invalid")).removeprefix("Value error, ")
 
 
 def validation_summary(exc: ValidationError, *, default: str = "body", limit: int = 5) -> str:
     """`field: reason` for up to `limit` errors, joined by "; " (what a model or a log reads)."""
-    return "; ".join(f"{field_of(e) or default}: {_reason(e)}" for e in exc.errors()[:limit])
+    return "; ".join(f"{field_of(e) or default}: {reason_of(e)}" for e in exc.errors()[:limit])
 
 
 def field_error(
@@ -161,6 +171,7 @@ def field_error(
     where: str = "",
     note: str = "",
     skip: Collection[str] = (),
+    indexed: bool = False,
     deepest: bool = False,
     field: str | None = None,
     cls: type[RollgateError] = BadRequest,
@@ -170,5 +181,5 @@ def field_error(
     `{where}{field}: {reason}{note}`, field `field` or else the location (`default` if empty)."""
     errors = exc.errors()
     err = max(errors, key=lambda e: len(e.get("loc", ()))) if deepest else errors[0]
-    loc = field_of(err, prefix=prefix, skip=skip) or default
-    return cls(f"{where}{loc}: {_reason(err)}{note}", component=component, field=field or loc)
+    loc = field_of(err, prefix=prefix, skip=skip, indexed=indexed) or default
+    return cls(f"{where}{loc}: {reason_of(err)}{note}", component=component, field=field or loc)

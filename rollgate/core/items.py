@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# One Responses API item as it travels (a message, function_call, function_call_output, reasoning
+# ...): plain JSON, kept as a dict so an item of a type this code does not know passes through.
+Item = dict[str, Any]
+
 # The token fields training mode puts on model-produced output items (NeMo Gym's names).
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rollgate.core import jsonutil
-from rollgate.core.errors import BadRequest
+from rollgate.core.errors import BadRequest, field_error
 from rollgate.core.row_params import ParamError
 from rollgate.core.schemas import TaskRow
 
@@ -91,8 +91,7 @@ def parse_row(
             if isinstance(cause, ParamError):  # TaskRow's check of responses_create_params: name the field
                 field = at(f"responses_create_params.{cause.field}")
                 raise BadRequest(f"{field}: {cause.message}", component=component, field=field) from None
-            field = at(".".join(str(x) for x in e.get("loc", ())))
-            raise BadRequest(f"{field}: {e.get('msg')}", component=component, field=field) from None
+            raise field_error(exc, component=component, prefix=where, default=at("")) from None
     name = row.env or env
     if name is None:
         raise BadRequest(

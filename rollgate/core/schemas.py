@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from rollgate.core.items import Item
 from rollgate.core.row_params import PARAMS_SCHEMA, check_params
 
 SCHEMA_VERSION = 3  # 2: row_index and attempts on Trajectory, row_index on FailureRecord; 3: segmented
@@ -186,7 +187,7 @@ class Trajectory(BaseModel):
     job_id: str | None = None
     task: TaskRef
     policy: PolicyRef
-    messages: list[dict[str, Any]] = Field(default_factory=list)
+    messages: list[Item] = Field(default_factory=list)  # Responses-style items, token fields stripped
     turns: list[Turn] = Field(default_factory=list)
     # True when the turns are NOT one growing token sequence: a black-box harness rewrote its
     # history between model calls, so each turn is a segment of its own (prompt + generation).
@@ -264,7 +265,7 @@ class VerifyRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     response: str | None = None
-    transcript: list[dict[str, Any]] | None = None
+    transcript: list[Item] | None = None
     # close the session once verified: the agent's last call to the environment, one round trip less
     close: bool = False
 

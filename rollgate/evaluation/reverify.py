@@ -107,10 +107,12 @@ def _modes(envs: Sequence[str]) -> dict[str, str]:
 
 
 async def _rescore(trajs: list[Trajectory], modes: dict[str, str], settings: Any) -> list[Any]:
+    from rollgate.resources_servers.registry import registry_for
     from rollgate.resources_servers.server import make_runtime
 
     local = settings.model_copy(update={"redis_url": None})  # fresh in-memory sessions only
-    runtimes = {name: make_runtime(local, name) for name in modes}
+    registry = registry_for(local)
+    runtimes = {name: make_runtime(local, name, registry=registry) for name in modes}
     limit = asyncio.Semaphore(CONCURRENCY)
 
     async def one(t: Trajectory) -> Any:

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from rollgate.agent_server.plugins import DEFAULT_AGENT, AgentRegistry
 from rollgate.core.app import read_json
-from rollgate.core.errors import BadRequest
+from rollgate.core.errors import BadRequest, field_error
 from rollgate.core.metrics import Metrics
 from rollgate.gateway import api_docs
 from rollgate.gateway.evals import MAX_REPORTS_PER_SUMMARY, EvalReports
@@ -67,9 +67,7 @@ def jobs_router(
         try:
             req = RolloutRequest.model_validate(body, strict=True)  # as its JSON schema says: no "3" for 3
         except ValidationError as exc:
-            e = exc.errors()[0]
-            field = ".".join(str(x) for x in e.get("loc", ())) or "body"
-            raise BadRequest(f"{field}: {e.get('msg')}", component=COMPONENT, field=field) from None
+            raise field_error(exc, component=COMPONENT) from None
         spec, tasks = plan_job(
             req,
             known_envs=known_envs(),

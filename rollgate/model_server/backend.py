@@ -6,7 +6,7 @@ formats and forced tool calls; a passthrough backend (openai) forwards the whole
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -88,3 +88,37 @@ class PassthroughBackend(Protocol):
     def ready(self) -> bool: ...
 
     async def aclose(self) -> None: ...
+
+
+# --- weight updates (weights.py): each backend holds its weights one of three ways -----------
+
+
+@runtime_checkable
+class InProcessWeights(Protocol):
+    """Holds its weights in this process (local): an update is staged against `model`'s tensors,
+    then swapped in between steps."""
+
+    model: Any  # the torch module whose tensors an update replaces
+
+    def load_weights(self, tensors: Mapping[str, Any], version: str) -> None: ...
+
+
+@runtime_checkable
+class ReloadableWeights(Protocol):
+    """Serves weights that other processes load (vllm): an update is a checkpoint path they read."""
+
+    async def reload_weights(self, path: str, version: str) -> None: ...
+
+
+@runtime_checkable
+class VersionOnlyWeights(Protocol):
+    """Holds no weights (scripted): an update only sets the version its turns are stamped with."""
+
+    def set_weight_version(self, version: str) -> None: ...
+
+
+@runtime_checkable
+class Versioned(Protocol):
+    """Stamps its turns with the version of the weights that produced them."""
+
+    weight_version: str | None

@@ -34,8 +34,16 @@ from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollgate.core.app import FastJSONResponse, parse_json
-from rollgate.core.errors import BadRequest, Unauthorized
+from rollgate.core.errors import BadRequest, Unauthorized, field_error
 from rollgate.core.openapi import error_response, inline_schema, semantic_checks
+from rollgate.model_server.backend import (
+    Backend,
+    InProcessWeights,
+    PassthroughBackend,
+    ReloadableWeights,
+    Versioned,
+    VersionOnlyWeights,
+)
 
 log = logging.getLogger("rollgate.model_server.weights")
 
@@ -91,9 +99,7 @@ def parse_update(raw: bytes, content_type: str, query_version: str | None) -> tu
     try:
         update = WeightsUpdate.model_validate(body)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err.get("loc", ())) or "body"
-        raise BadRequest(f"{field}: {err.get('msg')}", component=COMPONENT, field=field) from None
+        raise field_error(exc, component=COMPONENT) from None
     if query_version is not None and query_version != update.version:
         raise BadRequest("version is given twice, and differently", component=COMPONENT, field="version")
     return update.version, update.path, None
@@ -183,12 +189,14 @@ def stage(model: Any, tensors: Mapping[str, Any], *, complete: bool) -> dict[str
 # --- applying an update to a backend ----------------------------------------------------------
 
 
-async def apply_update(backend: Any, version: str, path: str | None, raw: bytes | None) -> WeightsState:
+async def apply_update(
+    backend: Backend | PassthroughBackend, version: str, path: str | None, raw: bytes | None
+) -> WeightsState:
     """Load an update into `backend`, or raise (a 400 naming the field) leaving it as it was."""
-    name = getattr(backend, "name", type(backend).__name__)
+    name = backend.name
     started = time.perf_counter()
     if path is None and raw is None:
-        if not hasattr(backend, "set_weight_version"):
+        if not isinstance(backend, VersionOnlyWeights):
             raise BadRequest(
                 f"the {name} backend serves real weights: give `path` (JSON) or upload tensors with the version",
                 component=COMPONENT,
@@ -196,13 +204,13 @@ async def apply_update(backend: Any, version: str, path: str | None, raw: bytes 
             )
         backend.set_weight_version(version)
         return WeightsState(version=version, backend=name, source="version", tensors=0, seconds=_since(started))
-    if hasattr(backend, "model") and hasattr(backend, "load_weights"):  # local: the weights are here
+    if isinstance(backend, InProcessWeights):
         tensors = await asyncio.to_thread(read_checkpoint, path) if path is not None else parse_tensors(raw or b"")
         staged = await asyncio.to_thread(stage, backend.model, tensors, complete=path is not None)
         await asyncio.to_thread(backend.load_weights, staged, version)
         source = "path" if path is not None else "tensors"
         return WeightsState(version=version, backend=name, source=source, tensors=len(staged), seconds=_since(started))
-    if hasattr(backend, "reload_weights"):  # vllm: the upstream servers read the checkpoint
+    if isinstance(backend, ReloadableWeights):
         if path is None:
             raise NotSupported(
                 f"the {name} backend cannot take uploaded tensors: its upstream servers load weights from a "
@@ -212,7 +220,7 @@ async def apply_update(backend: Any, version: str, path: str | None, raw: bytes 
             )
         await backend.reload_weights(path, version)
         return WeightsState(version=version, backend=name, source="path", seconds=_since(started))
-    if hasattr(backend, "set_weight_version"):
+    if isinstance(backend, VersionOnlyWeights):
         raise NotSupported(
             f'the {name} backend holds no weights to load: send the version alone, {{"version": ...}}',
             component=COMPONENT,
@@ -221,10 +229,9 @@ async def apply_update(backend: Any, version: str, path: str | None, raw: bytes 
     raise NotSupported(f"the {name} backend cannot load weights", component=COMPONENT, field="backend")
 
 
-def current_state(backend: Any) -> WeightsState:
-    return WeightsState(
-        version=getattr(backend, "weight_version", None), backend=getattr(backend, "name", type(backend).__name__)
-    )
+def current_state(backend: Backend | PassthroughBackend) -> WeightsState:
+    version = backend.weight_version if isinstance(backend, Versioned) else None
+    return WeightsState(version=version, backend=backend.name)
 
 
 def _since(t0: float) -> float:

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from rollgate.core.errors import BadRequest
+from rollgate.core.errors import BadRequest, field_error
 from rollgate.core.schemas import MAX_JSON_INT, JsonInt
 
 COMPONENT = "model"
@@ -126,18 +126,13 @@ class ResponsesRequest(BaseModel):
         return v
 
 
-def _field_of(exc: ValidationError, prefix: str) -> tuple[str, str]:
+# pydantic names union members in error locations: not fields of the request
+_UNION_TAGS = frozenset({*ITEM_TYPES, "str", "list[ContentPart]"})
+
+
+def _field_error(exc: ValidationError, prefix: str = "") -> BadRequest:
     # With unions (a string or a list of parts) the deepest error is the informative one.
-    err = max(exc.errors(), key=lambda e: len(e.get("loc", ())))
-    loc = [
-        str(p)
-        for p in err.get("loc", ())
-        if not (isinstance(p, str) and p in ITEM_TYPES.keys() | {"str", "list[ContentPart]"})
-    ]
-    path = prefix
-    for p in loc:
-        path += f"[{p}]" if p.isdigit() else f".{p}"
-    return path, err.get("msg", "invalid")
+    return field_error(exc, component=COMPONENT, prefix=prefix, skip=_UNION_TAGS, indexed=True, deepest=True)
 
 
 def parse_request(body: Any) -> ResponsesRequest:
@@ -146,9 +141,7 @@ def parse_request(body: Any) -> ResponsesRequest:
     try:
         return ResponsesRequest.model_validate(body, strict=STRICT)
     except ValidationError as exc:
-        field, msg = _field_of(exc, "")
-        field = field.lstrip(".") or "body"
-        raise BadRequest(f"{field}: {msg}", component=COMPONENT, field=field) from None
+        raise _field_error(exc) from None
 
 
 def parse_items(raw: str | list[Any]) -> list[InputItem]:
@@ -171,8 +164,7 @@ def parse_items(raw: str | list[Any]) -> list[InputItem]:
         try:
             parsed = model.model_validate({**item, "type": kind}, strict=STRICT)
         except ValidationError as exc:
-            field, msg = _field_of(exc, where)
-            raise BadRequest(f"{field}: {msg}", component=COMPONENT, field=field) from None
+            raise _field_error(exc, where) from None
         _check_token_fields(item, where)
         items.append(parsed)  # type: ignore[arg-type]
     return items

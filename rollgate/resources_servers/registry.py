@@ -17,13 +17,14 @@ import difflib
 import fnmatch
 import functools
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from rollgate.core.errors import BadRequest, NotFound
-from rollgate.core.settings import EnvEntry
+from rollgate.core.settings import EnvEntry, Settings
 from rollgate.resources_servers.base import Environment
 
 log = logging.getLogger("rollgate.registry")
@@ -123,19 +124,25 @@ def _module_tasks(cls: type[Environment]) -> TaskGenerator | None:
     return generator_from_examples(cls)
 
 
-@dataclass
-class EnvRegistry:
-    """The environments of a set of entry points (default: every installed distribution's)."""
+class _Discovery:
+    """What a set of entry points provides, loaded on first use and then fixed: entry points do not
+    change while a process runs, so every registry over the same ones shares one discovery."""
 
-    entry_points: Sequence[EntryPoint] | None = None
-    _specs: dict[str, EnvSpec] | None = field(default=None, init=False, repr=False)
-    _broken: list[BrokenPlugin] = field(default_factory=list, init=False, repr=False)
-    _configured: dict[str, EnvEntry] = field(default_factory=dict, init=False, repr=False)
+    def __init__(self, entry_points: Sequence[EntryPoint] | None):
+        self._entry_points = entry_points
+        self._lock = threading.Lock()
+        self._specs: dict[str, EnvSpec] | None = None
+        self.broken: list[BrokenPlugin] = []
+
+    def specs(self) -> dict[str, EnvSpec]:
+        if self._specs is None:
+            with self._lock:
+                if self._specs is None:
+                    self._specs = self._load()
+        return self._specs
 
     def _load(self) -> dict[str, EnvSpec]:
-        if self._specs is not None:
-            return self._specs
-        eps = list(self.entry_points) if self.entry_points is not None else list(entry_points(group=GROUP))
+        eps = list(self._entry_points) if self._entry_points is not None else list(entry_points(group=GROUP))
         specs: dict[str, EnvSpec] = {}
         # Rollgate's own entry points first, so a plugin cannot silently replace a shipped name.
         eps.sort(key=lambda ep: (getattr(ep.dist, "name", "") != "rollgate", ep.name))
@@ -144,36 +151,61 @@ class EnvRegistry:
             try:
                 provided = specs_from_entry_point(ep)
             except Exception as exc:  # a broken plugin is reported, never fatal to the others
-                self._broken.append(BrokenPlugin(_describe(ep), dist, f"{type(exc).__name__}: {exc}"))
+                self.broken.append(BrokenPlugin(_describe(ep), dist, f"{type(exc).__name__}: {exc}"))
                 log.warning(
                     "environment plugin %r (%s) is broken: %s: %s", _describe(ep), dist, type(exc).__name__, exc
                 )
                 continue
             for spec in provided:
                 if spec.name in specs:
-                    self._broken.append(
+                    self.broken.append(
                         BrokenPlugin(
                             _describe(ep), dist, f"environment name {spec.name!r} is taken by {specs[spec.name].source}"
                         )
                     )
                     continue
                 specs[spec.name] = spec
-        self._specs = dict(sorted(specs.items()))
-        return self._specs
+        return dict(sorted(specs.items()))
+
+
+@dataclass(frozen=True)
+class EnvRegistry:
+    """The environments of a set of entry points (default: every installed distribution's), plus the
+    entries configured in settings (`{name, kind, ...}`, external.py). Never changed once built:
+    `with_envs` returns a new registry, so one process can hold several (e.g. tests' stacks)."""
+
+    entry_points: Sequence[EntryPoint] | None = None
+    _discovery: _Discovery | None = field(default=None, repr=False, compare=False)
+    _configured: Mapping[str, tuple[EnvEntry, EnvSpec]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self._discovery is None:
+            object.__setattr__(self, "_discovery", _Discovery(self.entry_points))
+
+    def _installed(self) -> dict[str, EnvSpec]:
+        assert self._discovery is not None  # set in __post_init__
+        return self._discovery.specs()
+
+    def _specs(self) -> dict[str, EnvSpec]:
+        installed = self._installed()
+        if not self._configured:
+            return installed
+        return {**installed, **{name: spec for name, (_, spec) in self._configured.items()}}
 
     @property
     def broken(self) -> list[BrokenPlugin]:
-        self._load()
-        return list(self._broken)
+        self._installed()
+        assert self._discovery is not None
+        return list(self._discovery.broken)
 
     def specs(self) -> dict[str, EnvSpec]:
-        return dict(self._load())
+        return dict(self._specs())
 
     def names(self, *, available_only: bool = True) -> list[str]:
-        return [n for n, s in self._load().items() if s.available or not available_only]
+        return [n for n, s in self._specs().items() if s.available or not available_only]
 
     def get(self, name: str) -> EnvSpec:
-        specs = self._load()
+        specs = self._specs()
         spec = specs.get(name)
         if spec is None:
             raise NotFound(unknown_message(name, list(specs)), component="env", field="env")
@@ -182,38 +214,49 @@ class EnvRegistry:
     def load(self, name: str, **options: Any) -> Environment:
         return self.get(name).build(**options)
 
-    def configure(self, entry: EnvEntry, where: str | None = None) -> str:
-        """Add an environment configured by entry (`{name, kind, ...}`, external.py). It may not take
-        an installed environment's name; configuring a name again replaces the earlier entry (a
-        process may build stacks from several settings, e.g. in tests)."""
+    def with_envs(self, values: Iterable[str | EnvEntry]) -> EnvRegistry:
+        """A new registry that also knows the entries among `values` (a setting `envs`: names,
+        patterns and entries; an entry is named in errors by its position, `envs[i] (name)`). An entry
+        may not take an installed environment's name; one configured here already is replaced."""
         from rollgate.resources_servers.external import spec_from_entry
 
-        specs = self._load()
-        taken = specs.get(entry.name)
-        if taken is not None and entry.name not in self._configured:
-            raise BadRequest(
-                f"{where or 'envs'}: the name {entry.name!r} is taken by the installed environment {taken.source}",
-                component="env",
-                field="envs",
-            )
-        specs[entry.name] = spec_from_entry(entry, where)
-        self._configured[entry.name] = entry
-        return entry.name
+        installed = self._installed()
+        configured = dict(self._configured)
+        for i, value in enumerate(values):
+            if not isinstance(value, EnvEntry):
+                continue
+            where = f"envs[{i}] ({value.name})"
+            taken = installed.get(value.name)
+            if taken is not None:
+                raise BadRequest(
+                    f"{where}: the name {value.name!r} is taken by the installed environment {taken.source}",
+                    component="env",
+                    field="envs",
+                )
+            configured[value.name] = (value, spec_from_entry(value, where))
+        if configured == self._configured:
+            return self
+        return EnvRegistry(self.entry_points, self._discovery, configured)
 
     def resolve(self, patterns: Iterable[str | EnvEntry]) -> list[str]:
-        """Setting values -> environment names. Glob patterns (`*`, `reasoning_gym/*`) expand to the
-        available environments they match; a plain name must exist (it may be unavailable: building it
-        then says why); an entry (`{name, kind, ...}`) is configured and counts by its name."""
-        specs = self._load()
+        """Setting values -> environment names (changes nothing). Glob patterns (`*`,
+        `reasoning_gym/*`) expand to the available environments they match; a plain name must exist
+        (it may be unavailable: building it then says why); an entry counts by its name and must be
+        configured in this registry (`with_envs`)."""
+        specs = self._specs()
         out: dict[str, None] = {}
-        patterns = list(patterns)
         for i, pattern in enumerate(patterns):
             if isinstance(pattern, EnvEntry):
-                out[self.configure(pattern, f"envs[{i}] ({pattern.name})")] = None
-        for pattern in patterns:
-            if isinstance(pattern, EnvEntry):
-                continue
-            if any(c in pattern for c in "*?["):
+                known = self._configured.get(pattern.name)
+                if known is None or known[0] != pattern:
+                    raise BadRequest(
+                        f"envs[{i}] ({pattern.name}): this entry is not configured in the registry "
+                        "(build it with EnvRegistry.with_envs, or registry_for(settings))",
+                        component="env",
+                        field="envs",
+                    )
+                out[pattern.name] = None
+            elif any(c in pattern for c in "*?["):
                 matched = [n for n, s in specs.items() if s.available and fnmatch.fnmatchcase(n, pattern)]
                 if not matched:
                     raise BadRequest(f"no available environment matches {pattern!r}", component="env", field="envs")
@@ -236,10 +279,17 @@ def unknown_message(name: str, known: list[str]) -> str:
 @functools.cache
 def default_registry() -> EnvRegistry:
     """The installed environments, discovered once per process (entry points do not change while it
-    runs; tests that install a plugin run `rollgate` in a subprocess)."""
+    runs; tests that install a plugin run `rollgate` in a subprocess). It holds no configured entries
+    and nothing changes it: a registry with settings' entries is `registry_for(settings)`."""
     return EnvRegistry()
 
 
+def registry_for(settings: Settings) -> EnvRegistry:
+    """The installed environments and the entries of `settings.envs` (built at the composition root)."""
+    return default_registry().with_envs(settings.envs)
+
+
+# For library callers: the installed environments only (an entry of settings needs registry_for).
 def env_names(*, available_only: bool = True) -> list[str]:
     return default_registry().names(available_only=available_only)
 
@@ -248,11 +298,5 @@ def load_env(name: str, **options: Any) -> Environment:
     return default_registry().load(name, **options)
 
 
-def resolve_envs(patterns: Iterable[str | EnvEntry]) -> list[str]:
+def resolve_envs(patterns: Iterable[str]) -> list[str]:
     return default_registry().resolve(patterns)
-
-
-def configure_envs(entries: Iterable[EnvEntry]) -> list[str]:
-    """Make the configured entries known to this process's registry (roles that name environments
-    by `--env` and read the entries from settings)."""
-    return default_registry().resolve(list(entries))

@@ -15,7 +15,7 @@ from rollgate.core.settings import Settings
 from rollgate.resources_servers.app import create_resources_app, env_router, nemo_gym_router
 from rollgate.resources_servers.base import EnvRuntime
 from rollgate.resources_servers.failed import failed_runtime
-from rollgate.resources_servers.registry import configure_envs, load_env, resolve_envs
+from rollgate.resources_servers.registry import EnvRegistry, registry_for
 
 log = logging.getLogger("rollgate.resources")
 
@@ -46,8 +46,12 @@ def env_options(settings: Settings, env_name: str, metrics: Metrics | None = Non
     return {}
 
 
-def make_runtime(settings: Settings, env_name: str, metrics: Metrics | None = None) -> EnvRuntime:
-    env = load_env(env_name, **env_options(settings, env_name, metrics))
+def make_runtime(
+    settings: Settings, env_name: str, metrics: Metrics | None = None, *, registry: EnvRegistry | None = None
+) -> EnvRuntime:
+    """The runtime of one environment of `registry` (default: the one settings describe)."""
+    registry = registry if registry is not None else registry_for(settings)
+    env = registry.load(env_name, **env_options(settings, env_name, metrics))
     return EnvRuntime(env, make_store(settings, env_name), metrics=metrics)
 
 
@@ -57,22 +61,22 @@ async def close_runtime(runtime: EnvRuntime) -> None:
     await runtime.env.aclose()
 
 
-def expand_envs(spec: str) -> list[str]:
+def expand_envs(spec: str, registry: EnvRegistry) -> list[str]:
     """`--env` of role resources: a name, a comma-separated list, or a pattern over the registry
     ("reasoning_gym/*": a whole family in one service, as core/topology.py deploys families)."""
-    names = resolve_envs([p.strip() for p in spec.split(",") if p.strip()])
+    names = registry.resolve([p.strip() for p in spec.split(",") if p.strip()])
     if not names:
         raise NotFound("--env names no environment", component="resources", field="env")
     return names
 
 
 def build_app(settings: Settings, env_name: str) -> FastAPI:
-    configure_envs(settings.env_entries)  # `--env ng_weather` may name an entry of settings.envs
-    names = expand_envs(env_name)
+    registry = registry_for(settings)  # `--env ng_weather` may name an entry of settings.envs
+    names = expand_envs(env_name, registry)
     if len(names) > 1 or names[0] != env_name:
-        return build_multi_app(settings, names, title=env_name)
+        return build_multi_app(settings, names, title=env_name, registry=registry)
     metrics = Metrics()
-    runtime = make_runtime(settings, env_name, metrics)
+    runtime = make_runtime(settings, env_name, metrics, registry=registry)
     app = create_resources_app(runtime, registry=metrics.registry)
 
     @app.on_event("shutdown")
@@ -91,15 +95,18 @@ def _guarded(app: FastAPI, settings: Settings) -> FastAPI:
     return app
 
 
-def build_multi_app(settings: Settings, names: list[str], *, title: str) -> FastAPI:
+def build_multi_app(
+    settings: Settings, names: list[str], *, title: str, registry: EnvRegistry | None = None
+) -> FastAPI:
     """One resources service for several environments, each under /envs/<name> (the gateway's
     paths), so a family of a hundred datasets is one process, not a hundred."""
+    registry = registry if registry is not None else registry_for(settings)
     metrics = Metrics()
     runtimes: dict[str, EnvRuntime] = {}
     failed: list[str] = []
     for name in names:
         try:
-            runtimes[name] = make_runtime(settings, name, metrics)
+            runtimes[name] = make_runtime(settings, name, metrics, registry=registry)
         except Exception as exc:  # one broken environment of a family must not take the others down
             log.error("environment %s failed to start: %s: %s", name, type(exc).__name__, exc)
             runtimes[name] = failed_runtime(name, exc)  # its sessions answer 502 naming the cause

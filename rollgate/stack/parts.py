@@ -23,7 +23,7 @@ from rollgate.model_server.service import ModelService
 from rollgate.resources_servers.base import EnvRuntime
 from rollgate.resources_servers.client import LocalEnvClient
 from rollgate.resources_servers.failed import failed_runtime
-from rollgate.resources_servers.registry import resolve_envs
+from rollgate.resources_servers.registry import EnvRegistry, registry_for
 from rollgate.resources_servers.replicas import ReplicatedEnvClient
 from rollgate.resources_servers.server import make_runtime
 from rollgate.stack.agents import agent_set, local_captures, remote_captures, remote_endpoints
@@ -54,18 +54,22 @@ class Stack:
             await self.service.aclose()
 
 
-def load_runtimes(settings: Settings, metrics: Metrics, names: Sequence[str] | None = None) -> dict[str, EnvRuntime]:
-    """Runtimes of the configured environments. One that fails to start is logged and kept as a
-    stand-in whose episodes end as env_error naming the cause (resources_servers/failed.py)."""
+def load_runtimes(
+    settings: Settings, metrics: Metrics, names: Sequence[str] | None = None, *, registry: EnvRegistry | None = None
+) -> dict[str, EnvRuntime]:
+    """Runtimes of the configured environments (of `registry`, default: the one settings describe).
+    One that fails to start is logged and kept as a stand-in whose episodes end as env_error naming
+    the cause (resources_servers/failed.py)."""
     runtimes: dict[str, EnvRuntime] = {}
     try:  # names and glob patterns ("*": every available environment) -> environment names
-        wanted = resolve_envs(list(names) if names is not None else settings.envs)
+        registry = registry if registry is not None else registry_for(settings)
+        wanted = registry.resolve(list(names) if names is not None else settings.envs)
     except RollgateError as exc:
         raise SystemExit(f"setting envs: {exc.message}") from None
     failed = 0
     for name in wanted:
         try:
-            runtimes[name] = make_runtime(settings, name, metrics)
+            runtimes[name] = make_runtime(settings, name, metrics, registry=registry)
         except Exception as exc:  # one broken environment must not take the others down
             log.error("environment %s failed to start: %s: %s", name, type(exc).__name__, exc)
             runtimes[name] = failed_runtime(name, exc)

@@ -16,6 +16,7 @@ import pytest
 from fastapi import FastAPI
 
 from rollgate.agent_server.agent import Agent, RunContext
+from rollgate.agent_server.episode import Phase, failure
 from rollgate.core.errors import BadRequest
 from rollgate.core.http import NO_RETRY
 from rollgate.core.metrics import Metrics
@@ -93,6 +94,14 @@ async def test_tool_episode_completes_with_exact_token_data(scripted_service):
     text = metrics.registry.get_sample_value
     assert text("rollgate_rollouts_finished_total", {"env": "counter", "outcome": "completed"}) == 1
     assert text("rollgate_sessions_in_flight", {"env": "counter"}) == 0
+    # one observation per hop, labelled by the phase's plain name
+    for hop, n in (("seed", 1), ("model", 3), ("tool", 2), ("verify", 1)):
+        assert text("rollgate_hop_latency_seconds_count", {"hop": hop, "env": "counter"}) == n
+    # the agent's counters on the wire, beside the environment's own keys
+    agent_keys = {k: traj.metrics[k] for k in ("turns", "tool_calls", "tool_errors", "token_drift")}
+    assert agent_keys == {"turns": 3, "tool_calls": 2, "tool_errors": 0, "token_drift": 0}
+    assert traj.metrics["output_tokens"] == sum(len(t.generation_token_ids) for t in traj.turns) > 0
+    assert "context_exhausted" not in traj.metrics  # written only when the context ran out
 
 
 async def test_session_is_closed_after_the_episode(scripted_service):
@@ -324,3 +333,18 @@ async def test_run_endpoint_answers_a_trajectory_or_nemo_gyms_shape(scripted_ser
         )
         bad = await c.post("/run", json={"env": "counter"})
         assert bad.status_code == 400 and bad.json()["error"]["field"] == "responses_create_params"
+
+
+@pytest.mark.parametrize(
+    ("phase", "component", "outcome"),
+    [
+        (Phase.seed, "env", Outcome.env_error),
+        (Phase.model, "model", Outcome.model_error),
+        (Phase.tool, "env", Outcome.env_error),
+        (Phase.verify, "verify", Outcome.env_error),
+    ],
+)
+def test_a_timeout_is_blamed_on_the_phase_it_happened_in(phase, component, outcome):
+    f = failure(TimeoutError(), phase)
+    assert f.outcome is outcome and f.error.component == component
+    assert f.error.message == f"{phase.value} call exceeded its timeout"

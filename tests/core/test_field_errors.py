@@ -74,3 +74,10 @@ def test_reward_components_must_sum_to_the_reward():
     assert VerifyResult(reward=1.5, reward_components={"a": 1.0, "b": 0.5}).reward == 1.5
     with pytest.raises(ValidationError, match="reward_components sum to 1.0, reward is 2.0"):
         VerifyResult(reward=2.0, reward_components={"a": 1.0})
+
+
+def test_indexed_paths_write_list_positions_in_brackets_as_the_openai_apis_do():
+    exc = errors_of({"name": "x", "items": [{"n": 3}, {"n": 0}]})
+    err = field_error(exc, component="model", prefix="input[2]", indexed=True)
+    assert (err.field, err.message) == ("input[2].items[1].n", "input[2].items[1].n: must be at least 1")
+    assert field_of({"loc": (0, "content")}, indexed=True) == "[0].content"

@@ -18,7 +18,7 @@ from rollgate.core.rows import parse_row  # noqa: E402
 from rollgate.core.schemas import Outcome, VerifyResult  # noqa: E402
 from rollgate.core.settings import EnvEntry, Settings  # noqa: E402
 from rollgate.resources_servers.external import spec_from_entry  # noqa: E402
-from rollgate.resources_servers.registry import EnvRegistry  # noqa: E402
+from rollgate.resources_servers.registry import EnvRegistry, default_registry  # noqa: E402
 from rollgate.stack.parts import local_stack  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.gateway.rows import example_rows  # noqa: E402
@@ -64,7 +64,7 @@ def test_settings_take_entries_from_yaml_and_the_environment(tmp_path, monkeypat
 )
 def test_a_bad_entry_is_refused_naming_the_entry_and_the_field(entry, says):
     with pytest.raises(BadRequest) as err:
-        EnvRegistry().resolve(["math", EnvEntry.model_validate(entry)])
+        EnvRegistry().with_envs(["math", EnvEntry.model_validate(entry)])
     assert says in err.value.message
 
 
@@ -73,13 +73,26 @@ def test_a_name_with_glob_characters_is_refused():
         EnvEntry(name="ng/*", kind="mcp")
 
 
-def test_configuring_the_same_name_again_replaces_the_entry():
-    registry = EnvRegistry()
-    registry.resolve([EnvEntry.model_validate(ENTRY)])
-    other = {**ENTRY, "tool_timeout_s": 9}
-    assert registry.resolve([EnvEntry.model_validate(other)]) == ["counter_cfg"]
-    assert registry.get("counter_cfg").env_class.tool_timeout_s == 9
+def test_configuring_the_same_name_again_replaces_the_entry_in_a_new_registry():
+    installed = EnvRegistry()
+    first = installed.with_envs([EnvEntry.model_validate(ENTRY)])
+    other = EnvEntry.model_validate({**ENTRY, "tool_timeout_s": 9})
+    second = first.with_envs([other])
+    assert second.resolve([other]) == ["counter_cfg"]
+    assert second.get("counter_cfg").env_class.tool_timeout_s == 9
+    # the registries it came from are unchanged: configuring returns a new one
+    assert first.get("counter_cfg").env_class.tool_timeout_s == 5
+    assert "counter_cfg" not in installed.names(available_only=False)
     assert spec_from_entry(ENTRY).family == "mcp"
+
+
+def test_resolving_changes_no_registry():
+    installed = EnvRegistry()
+    entry = EnvEntry.model_validate(ENTRY)
+    with pytest.raises(BadRequest, match=r"envs\[0\] \(counter_cfg\): this entry is not configured"):
+        installed.resolve([entry])
+    assert installed.resolve(["math"]) == ["math"]
+    assert "counter_cfg" not in installed.names(available_only=False)
 
 
 async def test_a_configured_mcp_environment_plays_through_the_embedded_stack(tiny_model_dir):
@@ -87,6 +100,8 @@ async def test_a_configured_mcp_environment_plays_through_the_embedded_stack(tin
     stack = local_stack(settings)
     try:
         assert set(stack.runtimes) == {"math", "counter_cfg"}
+        # built from settings at the composition root: the process-wide registry never learns it
+        assert "counter_cfg" not in default_registry().names(available_only=False)
         script = [{"call": {"name": "add", "arguments": {"amount": 4}}}, {"call": {"name": "seed_session"}}]
         script.append({"text": "done"})
         row = {

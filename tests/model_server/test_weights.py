@@ -13,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import save
 
+from rollgate.core.errors import BadRequest
 from rollgate.core.serving import serve_in_thread
 from rollgate.model_server.app import create_model_app
 from rollgate.model_server.weights import AdminAuth
@@ -233,3 +234,25 @@ def test_the_vllm_backend_passes_a_path_to_vllm_hot_reload_or_says_it_cannot(tin
             asyncio.run(update([old], "/ckpt/step-1"))
         with pytest.raises(NotSupported, match="uploaded tensors"):
             asyncio.run(update([a], None, b"bytes"))
+
+
+def test_the_openai_passthrough_holds_no_weights_and_says_so():
+    import asyncio
+
+    from rollgate.model_server.passthrough import OpenAIPassthrough
+    from rollgate.model_server.weights import NotSupported, apply_update, current_state
+
+    async def go():
+        # nothing listens on port 9: the update must be refused before any request is sent
+        backend = OpenAIPassthrough("http://127.0.0.1:9/v1", model="gpt-x")
+        try:
+            with pytest.raises(NotSupported, match="the openai backend cannot load weights"):
+                await apply_update(backend, "v1", "/ckpt/step-1", None)
+            with pytest.raises(BadRequest, match="serves real weights"):
+                await apply_update(backend, "v1", None, None)
+            return current_state(backend)
+        finally:
+            await backend.aclose()
+
+    state = asyncio.run(go())
+    assert state.version is None and state.backend == "openai"

@@ -29,7 +29,7 @@ from typing import Any
 
 from rollgate.agent_server.agent import RunContext
 from rollgate.agent_server.captures import CaptureSource, usage_of
-from rollgate.agent_server.episode import EpisodeFailure, failure
+from rollgate.agent_server.episode import EpisodeFailure, Phase, failure
 from rollgate.agent_server.harness.assemble import Assembled, assemble
 from rollgate.agent_server.harness.config import HarnessConfig
 from rollgate.agent_server.harness.process import HarnessProcess, ProcessResult
@@ -160,7 +160,7 @@ class HarnessAgent:
             run.session_id = seeded.session_id
             tools = task.row.responses_create_params.get("tools") or await env.tools()
         except Exception as exc:  # noqa: BLE001 - every failure becomes a typed outcome
-            raise failure(exc, "seed") from None
+            raise failure(exc, Phase.seed) from None
         run.timings.seed_s = time.monotonic() - t
         workdir = tempfile.mkdtemp(prefix="rollgate-harness-")
         try:
@@ -189,7 +189,7 @@ class HarnessAgent:
                 timeout_s=s.verify_timeout_s,
             )
         except Exception as exc:  # noqa: BLE001
-            raise failure(exc, "verify") from None
+            raise failure(exc, Phase.verify) from None
         run.timings.verify_s = time.monotonic() - t
 
     async def _harness(self, view: EpisodeView, ctx: RunContext, run: _Run, deadline: float) -> None:
@@ -218,7 +218,7 @@ class HarnessAgent:
             except Exception as exc:  # noqa: BLE001
                 pop_error = exc
         if pop_error is not None:
-            raise failure(pop_error, "model") from None
+            raise failure(pop_error, Phase.model) from None
         run.assembled = assemble(record, max_calls=self.max_calls)
         run.messages.extend(run.assembled.output)
         run.final_text = self._answer(run)

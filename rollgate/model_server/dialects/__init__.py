@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from rollgate.core import jsonutil
-from rollgate.core.errors import BadRequest
+from rollgate.core.errors import BadRequest, field_error
 from rollgate.model_server.wire import STRICT
 
 COMPONENT = "model"
@@ -19,29 +19,25 @@ COMPONENT = "model"
 _TYPE_TAG = {"str", "int", "float", "bool", "none", "dict", "list"}
 
 
-def field_path(loc: tuple[Any, ...] | list[Any], skip: frozenset[str] = frozenset()) -> str:
-    """("messages", 2, "content") -> "messages[2].content"; `skip`: tags of tagged unions."""
-    path = ""
-    for p in loc:
-        if isinstance(p, int):
-            path += f"[{p}]"
-        elif isinstance(p, str) and (p in _TYPE_TAG or p in skip or "[" in p or "-" in p):
-            continue
-        else:
-            path += f".{p}"
-    return path.lstrip(".") or "body"
+def _union_tags(exc: ValidationError, skip: frozenset[str]) -> set[str]:
+    """The location entries of exc that name a union member, not a field: basic types, the tags
+    of tagged unions (`skip`), and pydantic's own ("list[TextPart]", "function-after[...]")."""
+    return {
+        p
+        for e in exc.errors()
+        for p in e.get("loc", ())
+        if isinstance(p, str) and (p in _TYPE_TAG or p in skip or "[" in p or "-" in p)
+    }
 
 
 def validate(model: type[BaseModel], body: Any, skip: frozenset[str] = frozenset()) -> Any:
-    """A request model, or a 400 naming the deepest offending field."""
+    """A request model, or a 400 naming the deepest offending field (`messages[2].content`)."""
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object", component=COMPONENT, field="body")
     try:
         return model.model_validate(body, strict=STRICT)
     except ValidationError as exc:
-        err = max(exc.errors(), key=lambda e: len(e.get("loc", ())))
-        field = field_path(err.get("loc", ()), skip)
-        raise BadRequest(f"{field}: {err.get('msg', 'invalid')}", component=COMPONENT, field=field) from None
+        raise field_error(exc, component=COMPONENT, skip=_union_tags(exc, skip), indexed=True, deepest=True) from None
 
 
 def unsupported(field: str, why: str) -> BadRequest:
