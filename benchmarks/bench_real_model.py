@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from benchmarks.common import free_port, print_table, write_results
+from benchmarks.common import exit_on_sigterm, free_port, print_table, write_results
 
 LEVELS = (1, 8, 32, 64)
 NAME = "smollm2"
@@ -208,6 +208,8 @@ def main() -> int:
     if min(args.rounds, args.tokens, args.min_requests, args.threads, args.kv_episodes) < 1 or args.kv_rounds < 0:
         p.error("--rounds, --tokens, --min-requests, --threads and --kv-episodes must be >= 1, --kv-rounds >= 0")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    exit_on_sigterm()  # `timeout` and Ctrl-C stop the vLLM server too
     report = asyncio.run(main_async(args))
     cols = ["batch", "requests", "local_tokens_per_s", "local_ratio_vs_1"]
     if report["vllm"]:
