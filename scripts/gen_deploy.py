@@ -38,8 +38,9 @@ SANDBOX_TOKEN = "${ROLLGATE_SANDBOX_TOKEN:?set ROLLGATE_SANDBOX_TOKEN in .env (c
 COMPOSE_REDIS_URL = f"redis://:{REDIS_PASSWORD}@redis:6379/0"
 ROLLGATE_IMAGE = "${ROLLGATE_IMAGE:-rollgate:latest}"
 # The sandbox service: root in its container (namespaces, a dedicated uid per sandbox) with only the
-# capabilities that needs; docs/sandbox.md says why each is there.
-SANDBOX_CAPS = ["SYS_ADMIN", "SETUID", "SETGID", "SETPCAP", "CHOWN", "FOWNER", "DAC_OVERRIDE", "KILL"]
+# capabilities that needs; docs/sandbox.md says why each is there. NET_ADMIN: bubblewrap brings up the
+# loopback interface of each run's new network namespace, and refuses to run when it cannot.
+SANDBOX_CAPS = ["SYS_ADMIN", "NET_ADMIN", "SETUID", "SETGID", "SETPCAP", "CHOWN", "FOWNER", "DAC_OVERRIDE", "KILL"]
 
 
 def deploy_envs() -> tuple[list[str], dict[str, list[str]]]:
