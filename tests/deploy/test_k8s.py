@@ -220,18 +220,33 @@ def test_redis_requires_the_password_from_a_secret():
         assert url == "redis://:$(REDIS_PASSWORD)@redis:6379/0", name
 
 
-def test_keda_scaler_follows_the_job_queue_stream_and_replaces_the_agent_hpa():
-    from rollgate.jobs.redis import GROUP, RedisJobQueue
+def test_keda_scaler_follows_the_gateways_queue_depth_and_replaces_the_agent_hpa():
+    """KEDA reads the queue depth the gateway exports (each job has a Redis stream of its own, so no
+    single stream could be followed): the URL is the gateway Service's /metrics, which needs no key,
+    and the value is a label-free gauge that a real gateway's registry exposes."""
+    from urllib.parse import urlsplit
+
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from rollgate.core.auth import OPEN_PATHS
+    from rollgate.core.metrics import Metrics
 
     scaled = yaml.safe_load((K8S / "components" / "keda" / "scaledobject.yaml").read_text())
     assert scaled["apiVersion"] == "keda.sh/v1alpha1"
     assert scaled["spec"]["scaleTargetRef"]["name"] in _rollgate_deployments(base_docs())
     trigger = scaled["spec"]["triggers"][0]
-    assert trigger["type"] == "redis-streams"
-    prefix = RedisJobQueue.__init__.__kwdefaults__["prefix"]
-    assert trigger["metadata"]["stream"] == f"{prefix}:stream"
-    assert trigger["metadata"]["consumerGroup"] == GROUP
-    assert int(trigger["metadata"]["pendingEntriesCount"]) > 0
+    assert trigger["type"] == "metrics-api" and trigger["metadata"]["format"] == "prometheus"
+    url = urlsplit(trigger["metadata"]["url"])
+    service = by_kind(base_docs(), "Service")["gateway"]
+    assert url.hostname.split(".")[0] == "gateway" and url.path == "/metrics" and url.path in OPEN_PATHS
+    assert url.port in {p["port"] for p in service["spec"]["ports"]}
+    exported = {
+        fam.name: fam for fam in text_string_to_metric_families(generate_latest(Metrics().registry).decode())
+    }
+    fam = exported[trigger["metadata"]["valueLocation"]]
+    assert fam.type == "gauge" and all(not s.labels for s in fam.samples)
+    assert float(trigger["metadata"]["targetValue"]) > 0
     cmd = kustomize_cmd()
     if cmd is not None:
         docs = kustomize_build(cmd, K8S / "overlays" / "keda")
