@@ -241,9 +241,7 @@ def test_keda_scaler_follows_the_gateways_queue_depth_and_replaces_the_agent_hpa
     service = by_kind(base_docs(), "Service")["gateway"]
     assert url.hostname.split(".")[0] == "gateway" and url.path == "/metrics" and url.path in OPEN_PATHS
     assert url.port in {p["port"] for p in service["spec"]["ports"]}
-    exported = {
-        fam.name: fam for fam in text_string_to_metric_families(generate_latest(Metrics().registry).decode())
-    }
+    exported = {fam.name: fam for fam in text_string_to_metric_families(generate_latest(Metrics().registry).decode())}
     fam = exported[trigger["metadata"]["valueLocation"]]
     assert fam.type == "gauge" and all(not s.labels for s in fam.samples)
     assert float(trigger["metadata"]["targetValue"]) > 0

@@ -202,6 +202,15 @@ async def test_bad_actions_and_frames_get_error_frames_naming_the_field(Client):
     async with serve_here(create_resources_app(runtime("math"))) as base, httpx.AsyncClient(base_url=base) as c:
         r = await c.post("/openenv/step", json={"action": {"tool": "calculator", "oops": 1}})
         assert r.status_code == 422 and r.json()["error"]["field"] == "action.oops"
+        # the HTTP routes (bodies FastAPI parses) have the same nesting limit, naming the field
+        deep = "[" * 300 + "]" * 300
+        for path, body in [
+            ("/openenv/step", '{"action": ' + deep + "}"),
+            ("/openenv/reset", '{"seed": 1, "x": ' + deep + "}"),
+        ]:
+            r = await c.post(path, content=body, headers={"content-type": "application/json"})
+            assert r.status_code == 400 and r.json()["error"]["field"].endswith("[0][0]"), (path, r.text)
+            assert "nested deeper than 64 levels" in r.json()["error"]["message"]
 
 
 LIFECYCLE_NAMES = ["seed", "verify", "close", "state", "delete", "sessions", "_call_tool", "__init__", "../verify"]

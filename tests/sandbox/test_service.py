@@ -65,6 +65,16 @@ async def test_bad_input_is_a_clear_error_naming_the_field(remote):
         await gone.exec(code="print(1)")
 
 
+def test_a_body_nested_too_deep_is_a_400_naming_the_field(service):
+    # exec's body is parsed by FastAPI into a model; a deep extra field was ignored, a deeper one a bare 400
+    url, _ = service
+    auth = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
+    for depth, field in [(300, "extra[0][0][0]"), (5000, "body")]:
+        body = '{"code": "print(1)", "extra": ' + "[" * depth + "]" * depth + "}"
+        r = httpx.post(url + "/v1/sandboxes/any/exec", content=body, headers=auth, timeout=10)
+        assert r.status_code == 400 and r.json()["error"]["field"] == field, r.text
+
+
 def test_every_route_but_health_needs_the_token(service):
     url, _ = service
     assert httpx.get(url + "/healthz", timeout=5).status_code == 200

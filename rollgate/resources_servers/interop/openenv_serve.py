@@ -29,7 +29,7 @@ from starlette.types import Receive, Scope, Send
 
 from rollgate import __version__
 from rollgate.core import jsonutil
-from rollgate.core.app import FastJSONResponse, install_error_handlers, parse_json
+from rollgate.core.app import FastJSONResponse, install_error_handlers, json_route, parse_json
 from rollgate.core.errors import BadRequest, CapacityError, NotFound, RollgateError
 from rollgate.resources_servers.base import EnvRuntime
 from rollgate.resources_servers.interop.openenv_episode import (
@@ -285,6 +285,7 @@ class OpenEnvFace:
         )
 
         install_error_handlers(app, COMPONENT)
+        app.router.route_class = json_route(COMPONENT)  # the nesting limit of every Rollgate body
 
         schemas = {
             "action": action_schema(runtime.tools()),
