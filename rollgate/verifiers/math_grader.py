@@ -89,9 +89,14 @@ class MathGrader:
         with self._lock:
             if self._pool is pool:
                 self._pool, self._answered = None, False
-        # A stuck worker ignores shutdown; Python 3.11's executor has no public way to kill one.
-        for proc in list((getattr(pool, "_processes", None) or {}).values()):
-            proc.kill()
+        # A stuck worker ignores shutdown: kill it. Python 3.14's executor can (kill_workers); before
+        # it there is no public way, so the executor's own table of worker processes is used.
+        kill_workers = getattr(pool, "kill_workers", None)
+        if kill_workers is not None:
+            kill_workers()
+        else:
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.kill()
         pool.shutdown(wait=False, cancel_futures=True)
 
     def compare(
