@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 from urllib.parse import quote
 
-import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-from rollgate.core.errors import NotFound, UpstreamError, UpstreamTimeout
+from rollgate.core.errors import NotFound, UpstreamError
+from rollgate.core.http import NO_RETRY, HttpClient
 from rollgate.core.replicas import ReplicaSet
 from rollgate.gateway.api_docs import CAPTURES_DOCS, ENV_ROUTE_DOCS, model_route_docs
 from rollgate.gateway.ws_relay import ws_relay
@@ -38,16 +38,32 @@ _DROP_REQUEST = {
     "proxy-authorization",
     "accept-encoding",
 }
-_DROP_RESPONSE = {"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding"}
+_DROP_RESPONSE = {b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"content-encoding"}
 
 
 class Forwarder:
+    """One pooled client per upstream replica (core.http), created on its first request."""
+
     def __init__(self, *, api_key: str | None = None, timeout_s: float = 300.0, connect_timeout_s: float = 5.0):
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
-        )
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
         self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._clients: dict[tuple[str, str], HttpClient] = {}
+
+    def _client(self, base: str, component: str) -> HttpClient:
+        client = self._clients.get((base, component))
+        if client is None:
+            client = self._clients[(base, component)] = HttpClient(
+                base,
+                component=component,
+                timeout_s=self.timeout_s,  # each wait for data: an SSE stream lasts as long as it sends
+                connect_timeout_s=self.connect_timeout_s,
+                retry=NO_RETRY,  # failover below, and never a re-send (a tool call must not run twice)
+                headers=self._auth,
+                content_type=None,  # the caller's, or none
+                limit=1000,
+            )
+        return client
 
     async def forward(
         self, request: Request, replicas: ReplicaSet, path: str, *, component: str, pin: str | None = None
@@ -56,45 +72,35 @@ class Forwarder:
         tokens live in that model server's memory); others go round robin."""
         body = await request.body()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
-        headers.update(self._auth)
         query = request.url.query
         # `path` holds decoded path parameters: encode it again (control characters, spaces, ...)
-        path = quote(path, safe=PATH_SAFE)
-        last: Exception | None = None
+        path = quote(path, safe=PATH_SAFE) + (f"?{query}" if query else "")
+        last: UpstreamError | None = None
         for base in replicas.order(pin):
-            url = f"{base}{path}" + (f"?{query}" if query else "")
-            upstream = self._client.build_request(request.method, url, content=body, headers=headers)
             try:
-                resp = await self._client.send(upstream, stream=True)
-            except httpx.ConnectError as exc:  # nothing was sent: the next replica may take it
-                log.warning("%s replica %s refused the connection: %s", component, base, exc)
-                last = exc
-                continue
-            except httpx.TimeoutException:
-                raise UpstreamTimeout(f"{request.method} {path} on {base} timed out", component=component) from None
-            except httpx.HTTPError as exc:
-                raise UpstreamError(
-                    f"{request.method} {path} on {base} failed: {exc}", component=component, transient=True
-                ) from None
-            out_headers = {k: v for k, v in resp.headers.items() if k.lower() not in _DROP_RESPONSE}
-            if resp.headers.get("content-type", "").startswith("text/event-stream"):
-                return StreamingResponse(
-                    resp.aiter_raw(),
-                    status_code=resp.status_code,
-                    headers=out_headers,
-                    background=BackgroundTask(resp.aclose),
+                resp = await self._client(base, component).open(
+                    request.method, path, data=body or None, headers=headers
                 )
-            try:
-                content = await resp.aread()
-            except httpx.HTTPError as exc:
-                raise UpstreamError(
-                    f"{request.method} {path} on {base} broke off: {exc}", component=component, transient=True
-                ) from None
-            finally:
-                await resp.aclose()
-            return Response(content, status_code=resp.status_code, headers=out_headers)
+            except UpstreamError as exc:
+                if not getattr(exc, "not_sent", False):
+                    raise
+                log.warning("%s replica %s refused the connection: %s", component, base, exc.message)
+                last = exc  # nothing was sent: the next replica may take it
+                continue
+            relayed = [(k.lower(), v) for k, v in resp.raw_headers if k.lower() not in _DROP_RESPONSE]
+            if resp.headers.get("content-type", "").startswith("text/event-stream"):
+                out: Response = StreamingResponse(
+                    resp.chunks(), status_code=resp.status, background=BackgroundTask(resp.aclose)
+                )
+            else:
+                try:
+                    out = Response(await resp.read(), status_code=resp.status)
+                finally:
+                    await resp.aclose()
+            out.raw_headers.extend(relayed)  # as the upstream sent them, repeated ones included
+            return out
         raise UpstreamError(
-            f"no {component} replica reachable ({', '.join(replicas.urls)}): {last}",
+            f"no {component} replica reachable ({', '.join(replicas.urls)}): {last.message if last else ''}",
             component=component,
             transient=True,
         )
@@ -105,7 +111,9 @@ class Forwarder:
         return dict(self._auth)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
 
 
 def proxy_router(

@@ -16,12 +16,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import httpx
 from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, Field
 
 from rollgate.core.app import FastJSONResponse
-from rollgate.core.errors import RollgateError
+from rollgate.core.errors import RollgateError, UpstreamError
+from rollgate.core.http import NO_RETRY, HttpClient, Reply
 from rollgate.core.openapi import ErrorBody, json_content, semantic_checks
 from rollgate.core.schemas import ErrorKind
 from rollgate.model_server.weights import (
@@ -82,6 +82,8 @@ class Replica(Protocol):
 
     async def state(self) -> ReplicaWeights: ...
 
+    async def aclose(self) -> None: ...
+
 
 class LocalReplica:
     """The embedded shape's model service, in this process."""
@@ -108,48 +110,56 @@ class LocalReplica:
     def _version(self) -> str | None:
         return current_state(self.service.backend).version
 
+    async def aclose(self) -> None:
+        pass  # the service is the stack's to close
+
 
 class HttpReplica:
     """A model server over HTTP (`rollgate serve --role model`), with the gateway's token."""
 
-    def __init__(self, url: str, client: httpx.AsyncClient, api_key: str | None):
+    def __init__(self, url: str, *, api_key: str | None, timeout_s: float = 900.0):
         self.name = url.rstrip("/")
-        self.client = client
-        self.headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else None
+        # one try: an update must not be loaded twice, and a state read is cheap to ask again
+        self.http = HttpClient(
+            self.name, component="model", timeout_s=timeout_s, connect_timeout_s=5.0, headers=headers, retry=NO_RETRY
+        )
 
     async def update(self, u: Update) -> ReplicaWeights:
         params = {"version": u.version} if u.tensors is not None else None
-        headers = {**self.headers, "content-type": u.content_type or "application/json"}
+        headers = {"content-type": u.content_type or "application/json"}
         try:
-            resp = await self.client.post(self.name + WEIGHTS_PATH, content=u.raw, headers=headers, params=params)
-        except httpx.HTTPError as exc:
-            return ReplicaWeights(replica=self.name, ok=False, error=f"unreachable: {type(exc).__name__}: {exc}")
-        if resp.status_code == 200:
-            state = WeightsState.model_validate(resp.json())
+            resp = await self.http.send("POST", WEIGHTS_PATH, data=u.raw, headers=headers, params=params)
+        except UpstreamError as exc:
+            return ReplicaWeights(replica=self.name, ok=False, error=f"unreachable: {exc.message}")
+        if resp.status == 200:
+            state = WeightsState.model_validate_json(resp.body)
             return ReplicaWeights(replica=self.name, ok=True, status=200, version=state.version)
         now = await self.state()  # what it serves after refusing: the old version, if it says so
         return ReplicaWeights(
-            replica=self.name, ok=False, status=resp.status_code, version=now.version, error=_message(resp)
+            replica=self.name, ok=False, status=resp.status, version=now.version, error=_message(resp)
         )
 
     async def state(self) -> ReplicaWeights:
         try:
-            resp = await self.client.get(self.name + WEIGHTS_PATH, headers=self.headers)
-        except httpx.HTTPError as exc:
-            return ReplicaWeights(replica=self.name, ok=False, error=f"unreachable: {type(exc).__name__}: {exc}")
-        if resp.status_code != 200:
-            return ReplicaWeights(replica=self.name, ok=False, status=resp.status_code, error=_message(resp))
+            resp = await self.http.send("GET", WEIGHTS_PATH)
+        except UpstreamError as exc:
+            return ReplicaWeights(replica=self.name, ok=False, error=f"unreachable: {exc.message}")
+        if resp.status != 200:
+            return ReplicaWeights(replica=self.name, ok=False, status=resp.status, error=_message(resp))
         return ReplicaWeights(
-            replica=self.name, ok=True, status=200, version=WeightsState.model_validate(resp.json()).version
+            replica=self.name, ok=True, status=200, version=WeightsState.model_validate_json(resp.body).version
         )
 
+    async def aclose(self) -> None:
+        await self.http.close()
 
-def _message(resp: httpx.Response) -> str:
+
+def _message(resp: Reply) -> str:
     try:
-        body = resp.json()
-        return str(body["error"]["message"])
+        return str(resp.json()["error"]["message"])
     except (ValueError, KeyError, TypeError):
-        return f"HTTP {resp.status_code}: {resp.text[:300]}"
+        return f"HTTP {resp.status}: {resp.body[:300].decode(errors='replace')}"
 
 
 def outcome(version: str, results: list[ReplicaWeights]) -> tuple[int, dict[str, Any]]:
@@ -176,11 +186,10 @@ def outcome(version: str, results: list[ReplicaWeights]) -> tuple[int, dict[str,
 
 
 class WeightsFanoutRoutes:
-    def __init__(self, replicas: list[Replica], client: httpx.AsyncClient | None = None):
+    def __init__(self, replicas: list[Replica]):
         if not replicas:
             raise ValueError("a weights fan-out needs at least one model replica")
         self.replicas = replicas
-        self.client = client
 
     async def update(self, raw: bytes, content_type: str, query_version: str | None) -> tuple[int, dict[str, Any]]:
         # Checked once here, so a malformed request is one 400, not one per replica.
@@ -197,8 +206,8 @@ class WeightsFanoutRoutes:
         return WeightsFanout(version=None, ok=all(r.ok for r in results), replicas=results).model_dump(mode="json")
 
     async def aclose(self) -> None:
-        if self.client is not None:
-            await self.client.aclose()
+        for r in self.replicas:
+            await r.aclose()
 
     def router(self) -> APIRouter:
         router = APIRouter()
@@ -247,6 +256,5 @@ class WeightsFanoutRoutes:
 
 def http_fanout(urls: list[str], *, api_key: str | None, timeout_s: float = 900.0) -> WeightsFanoutRoutes:
     """Every model server in `urls`; a checkpoint of a large model takes a while to load."""
-    client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=5.0))
     urls = list(dict.fromkeys(u.rstrip("/") for u in urls))
-    return WeightsFanoutRoutes([HttpReplica(u, client, api_key) for u in urls], client)
+    return WeightsFanoutRoutes([HttpReplica(u, api_key=api_key, timeout_s=timeout_s) for u in urls])

@@ -13,8 +13,8 @@ import base64
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
-
+from rollgate.core.errors import UpstreamError
+from rollgate.core.http import NO_RETRY, HttpClient, Reply
 from rollgate.core.metrics import Metrics
 from rollgate.sandbox.base import ExecResult, SandboxError, as_bytes, check_exec_args
 
@@ -45,19 +45,22 @@ class RemoteSandbox:
         body: dict[str, Any] = {"cmd": list(cmd) if cmd is not None else None, "code": code, "timeout_s": timeout_s}
         body["stdin_b64"] = base64.b64encode(as_bytes(stdin)).decode()
         wait = (timeout_s or self.provider.exec_timeout_s) + _SLACK_S
-        resp = await self.provider.request("POST", self._path("/exec"), json=body, timeout=wait)
-        result = ExecResult.model_validate(resp.json())
+        resp = await self.provider.request("POST", self._path("/exec"), json=body, timeout_s=wait)
+        result = ExecResult.model_validate_json(resp.body)
         self.provider.metrics.sandbox_execs.labels(result=result.label).inc()
         return result
 
     async def write_file(self, path: str, data: str | bytes) -> None:
-        await self.provider.request("PUT", self._path("/files"), params={"path": path}, content=as_bytes(data))
+        octets = {"content-type": "application/octet-stream"}
+        await self.provider.request(
+            "PUT", self._path("/files"), params={"path": path}, data=as_bytes(data), headers=octets
+        )
 
     async def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
         params: dict[str, Any] = {"path": path}
         if max_bytes:
             params["max_bytes"] = max_bytes
-        return (await self.provider.request("GET", self._path("/files"), params=params)).content
+        return (await self.provider.request("GET", self._path("/files"), params=params)).body
 
     async def destroy(self) -> None:
         if self._destroyed:
@@ -97,10 +100,14 @@ class RemoteProvider:
         self.allow_unisolated = allow_unisolated
         self.exec_timeout_s = exec_timeout_s
         self.metrics = metrics if metrics is not None else Metrics.off()
-        self._client = httpx.AsyncClient(
-            base_url=self.url,
+        # one try per call: an exec that may have run is never sent again
+        self._http = HttpClient(
+            self.url,
+            component="sandbox",
+            timeout_s=60.0,
+            connect_timeout_s=connect_timeout_s,
             headers={"authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(60.0, connect=connect_timeout_s),
+            retry=NO_RETRY,
         )
         self._remote_caps: dict[str, Any] | None = None
         self._checked = asyncio.Lock()
@@ -110,22 +117,24 @@ class RemoteProvider:
         caps = self._remote_caps or {}
         return {**caps, "provider": self.name, "url": self.url, "network_isolated": caps.get("isolated", "remote")}
 
-    async def request(self, method: str, path: str, *, ok_missing: bool = False, **kw: Any) -> httpx.Response:
+    async def request(self, method: str, path: str, *, ok_missing: bool = False, **kw: Any) -> Reply:
+        """`kw`: HttpClient.send's (json or data, params, headers, timeout_s)."""
         try:
-            resp = await self._client.request(method, path, **kw)
-        except httpx.HTTPError as exc:
-            raise SandboxError(f"sandbox service at {self.url} unreachable: {type(exc).__name__}: {exc}") from None
-        if resp.status_code == 404 and ok_missing:
+            resp = await self._http.send(method, path, **kw)
+        except UpstreamError as exc:
+            raise SandboxError(f"sandbox service at {self.url} unreachable: {exc.message}") from None
+        if resp.status == 404 and ok_missing:
             return resp
-        if resp.status_code >= 400:
+        if resp.status >= 400:
+            text = resp.body[:300].decode(errors="replace")
             try:
                 err = resp.json().get("error", {})
-                message, field = err.get("message", resp.text[:300]), err.get("field")
-            except ValueError:
-                message, field = resp.text[:300], None
-            if resp.status_code == 401:
+                message, field = err.get("message", text), err.get("field")
+            except (ValueError, AttributeError):
+                message, field = text, None
+            if resp.status == 401:
                 message += " (sandbox.token must match the sandbox service's token)"
-            raise SandboxError(f"sandbox service answered {resp.status_code}: {message}", field=field)
+            raise SandboxError(f"sandbox service answered {resp.status}: {message}", field=field)
         return resp
 
     async def check(self) -> dict[str, Any]:
@@ -149,4 +158,4 @@ class RemoteProvider:
         return RemoteSandbox(self, body["id"], body.get("workdir"))
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await self._http.close()

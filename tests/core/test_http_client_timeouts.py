@@ -95,3 +95,39 @@ async def test_5xx_answers_are_retried_only_for_idempotent_calls(slow_server):
         await client.close()
     assert (once, thrice) == (1, 3)
     assert len(retried) == 2  # every retry is reported (the agent counts them in rollgate_retries_total)
+
+
+async def test_send_hands_back_any_status_and_times_out_like_request(slow_server):
+    app, url = slow_server
+    client = HttpClient(url, component="svc", retry=RetryPolicy(attempts=3, backoff_s=0.01))
+    try:
+        reply = await client.send("POST", "/unavailable", data=b"raw")
+        assert reply.status == 502 and reply.json() == {"error": {"message": "busy"}}  # the caller judges it
+        before = app.hits["/slow-body"]
+        t = time.monotonic()
+        with pytest.raises(UpstreamTimeout) as info:
+            await client.send("GET", "/slow-body", timeout_s=0.3, idempotent=True)
+        took = time.monotonic() - t
+    finally:
+        await client.close()
+    assert app.hits["/slow-body"] - before == 1 and took < 0.8  # one deadline for the call, retries included
+    assert info.value.component == "svc"
+
+
+async def test_open_bounds_each_wait_for_data_not_the_whole_answer(slow_server):
+    _, url = slow_server
+    patient = HttpClient(url, component="svc", timeout_s=3.0, connect_timeout_s=1.0)
+    hasty = HttpClient(url, component="svc", timeout_s=0.3)
+    try:
+        streamed = await patient.open("POST", "/slow-body", data=b"{}")
+        assert streamed.status == 200
+        assert b"".join([c async for c in streamed.chunks()]) == b'{"ok": true}'  # 1.5 s in all, 2 pieces
+        await streamed.aclose()
+        stalled = await hasty.open("POST", "/slow-body", data=b"{}")  # the headers come at once
+        with pytest.raises(UpstreamTimeout) as info:
+            await stalled.read()
+        await stalled.aclose()
+    finally:
+        await patient.close()
+        await hasty.close()
+    assert info.value.component == "svc" and "0.3s" in info.value.message
