@@ -31,8 +31,11 @@ DEFAULT_MAX_TURNS = 3
 DEMO_RECIPE = "tiny-math-demo"
 DEMO_RECIPE_ENV = "math"
 DEMO_TRAINED_MIN_TOKENS = 64
-# --model NAME: a pretrained chat model spends more tokens on an answer than the tiny policy
+# --model NAME: a pretrained chat model spends more tokens on an answer than the tiny policy, and
+# its calls run on this machine's CPU, all episodes at once: a call that waits minutes for its turn
+# on a loaded laptop is load, not a hung server, so the demo gives each call this long
 DEMO_NAMED_MIN_TOKENS = 64
+DEMO_NAMED_MODEL_TIMEOUT_S = 600.0
 # quick to generate and to score; shown when the `envs` extra is installed
 DEMO_GENERATED_ENVS = ("reasoning_gym/chain_sum", "reasoning_gym/letter_counting", "reasoning_gym/spell_backward")
 
@@ -213,6 +216,10 @@ def run(args: argparse.Namespace) -> int:
             args.max_output_tokens = max(args.max_output_tokens, DEMO_TRAINED_MIN_TOKENS)
             sampling["temperature"] = 0.0  # greedy: what the model learned, as its recipe measures it
     settings.agent.max_turns = args.max_turns
+    if args.model:
+        agent = settings.agent
+        agent.model_timeout_s = max(agent.model_timeout_s, DEMO_NAMED_MODEL_TIMEOUT_S)
+        agent.episode_timeout_s = max(agent.episode_timeout_s, DEMO_NAMED_MODEL_TIMEOUT_S * (args.max_turns + 1))
     settings.agent.max_output_tokens_per_call = args.max_output_tokens
     settings.agent.max_output_tokens = args.max_output_tokens * args.max_turns
     home = Path(settings.home) / "demo"

@@ -41,6 +41,7 @@ from rollgate.model_server.backend import SamplingParams
 from rollgate.model_server.kv_cache import Hit, PrefixKVCache, cat_left_padded, row_kv, stack_prefixes
 
 log = logging.getLogger("rollgate.model_server.engine")
+CLOSE_WAIT_S = 300.0  # how long close() waits for a step under way, past its first 10 s
 
 
 @dataclass
@@ -151,6 +152,12 @@ class Engine:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+        if self._thread.is_alive():
+            # One step (a prefill of a full batch on a loaded CPU) can outlast that. The thread runs
+            # torch without the GIL: left running into interpreter exit, libtorch is torn down under
+            # it and the process aborts ("terminate called without an active exception").
+            log.warning("model engine: waiting for its current step to end before closing")
+            self._thread.join(timeout=CLOSE_WAIT_S)
 
     # ---- the engine thread ----------------------------------------------------------------------
     def _run(self) -> None:
