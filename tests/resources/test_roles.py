@@ -137,14 +137,14 @@ def test_a_tool_of_another_role_is_a_tool_error_naming_both_roles_tools(grade_ur
 def test_single_role_environments_are_unchanged_on_the_wire():
     env = load_env("math")
     assert env.roles == ()
-    with serve_in_thread(create_resources_app(EnvRuntime(env, MemorySessionStore())), timeout_s=60) as url:
-        with httpx.Client(base_url=url) as c:
-            seeded = c.post("/sessions", json={"responses_create_params": {"input": "1+1"}, "expected_answer": "2"})
-            assert set(seeded.json()) == {"session_id", "observation"}
-            sid = seeded.json()["session_id"]
-            out = c.post(f"/sessions/{sid}/tools/calculator", json={"arguments": {"expression": "1+1"}}).json()
-            assert set(out) == {"output", "is_error"}
-            assert c.get("/roles").status_code == 404
+    app = create_resources_app(EnvRuntime(env, MemorySessionStore()))
+    with serve_in_thread(app, timeout_s=60) as url, httpx.Client(base_url=url) as c:
+        seeded = c.post("/sessions", json={"responses_create_params": {"input": "1+1"}, "expected_answer": "2"})
+        assert set(seeded.json()) == {"session_id", "observation"}
+        sid = seeded.json()["session_id"]
+        out = c.post(f"/sessions/{sid}/tools/calculator", json={"arguments": {"expression": "1+1"}}).json()
+        assert set(out) == {"output", "is_error"}
+        assert c.get("/roles").status_code == 404
 
 
 def test_a_tool_naming_an_undeclared_role_is_refused_when_the_class_is_defined():
