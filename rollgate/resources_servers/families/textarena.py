@@ -319,7 +319,7 @@ def environments() -> list[EnvSpec]:
 
     reason = None if LIB.installed() else LIB.missing_reason()
     games = Games()  # one position cache for the family
-    return textarena_duel.environments() + [
+    return textarena_duel.environments(reason) + [
         EnvSpec(
             name=f"{FAMILY}/{game}",
             env_class=TextArenaEnv,

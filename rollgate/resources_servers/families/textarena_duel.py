@@ -27,7 +27,6 @@ from rollgate.resources_servers.families.splits import check_n, check_split, tak
 from rollgate.resources_servers.families.textarena import (
     _GAME_LOCK,
     FAMILY,
-    LIB,
     _isolated,
     _PrivateRandom,
     _text,
@@ -227,8 +226,8 @@ def generate_tasks(game: str, n: int, seed: int, config: dict[str, Any] | None, 
     return take(candidates(), n, want, what=f"{env} (each seed is a task)", scanned=f"{pool} seeds")
 
 
-def environments() -> list[EnvSpec]:
-    reason = None if LIB.installed() else LIB.missing_reason()
+def environments(reason: str | None) -> list[EnvSpec]:
+    """`reason`: why textarena cannot run here (None: it can), as the family found it."""
     return [
         EnvSpec(
             name=f"{FAMILY}/{game}",
