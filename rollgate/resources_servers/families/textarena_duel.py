@@ -34,8 +34,9 @@ from rollgate.resources_servers.families.textarena import (
 from rollgate.resources_servers.registry import EnvSpec
 
 ROLES = ("player_0", "player_1")
-# The two-player games that run offline and end with a win, a loss or a draw (docs/roles.md lists
-# the ones left out and why).
+# The two-player games that run offline and end with a win, a loss or a draw: textarena's
+# set_winner / set_draw, or a ranking scaled to [-1, 1], all zero-sum for two players (docs/roles.md
+# lists the ones left out and why).
 DUELS: dict[str, str] = {
     g: f"{g}-v0"
     for g in [
@@ -48,26 +49,37 @@ DUELS: dict[str, str] = {
         "ConnectFour",
         "Crusade",
         "GameOfPureStrategy",
+        "GermanWhist",
         "Golf",
         "HighSociety",
         "IndianPoker",
         "IteratedMatchingPennies",
+        "IteratedPrisonersDilemma",
         "IteratedRockPaperScissors",
+        "IteratedTwoThirdsAverage",
+        "IteratedUltimatumGame",
         "KuhnPoker",
         "LiarsDice",
         "LinesOfAction",
         "MemoryGame",
+        "NewRecruit",
         "Nim",
         "Othello",
         "PigDice",
         "Poker",
         "QuantumTicTacToe",
         "SantoriniBaseFixed",
+        "SimpleBlindAuction",
+        "SimpleNegotiation",
         "SimpleTak",
+        "Snake",
         "SpiteAndMalice",
         "Stratego",
+        "Surround",
         "Tak",
         "TicTacToe",
+        "TruthAndDeception",
+        "TwoDollar",
         "UltimateTicTacToe",
         "WildTicTacToe",
     ]
