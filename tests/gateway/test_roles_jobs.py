@@ -22,6 +22,7 @@ from rollgate.core.serving import serve_in_thread
 from rollgate.core.settings import Settings
 from rollgate.model_server.app import create_model_app
 from rollgate.model_server.server import build_service
+from tests.conftest import free_port
 
 pytest.importorskip("textarena")
 
@@ -59,7 +60,8 @@ def gateway_url(request, other_model_url):
         model={"backend": "scripted"},
         envs=[TTT, "math"],
         gateway={"ui": False, "auth": False, "queue_prefix": prefix},
-        role_models={"other-policy": other_model_url},
+        # "down": a model server that is not running (nothing listens on that port)
+        role_models={"other-policy": other_model_url, "down": f"http://127.0.0.1:{free_port()}"},
         **extra,
     )
     app = build_app(settings)
@@ -111,7 +113,11 @@ def test_bad_role_mappings_are_a_400_naming_the_role_and_what_is_accepted(gatewa
     cases = [
         ({"roles": {**good, "referee": {}}}, "roles.referee", "player_0, player_1"),
         ({"roles": {"player_0": {}}}, "roles.player_1", "player_0, player_1"),
-        ({"roles": {**good, "player_1": {"model": "gpt-9"}}}, "roles.player_1.model", "other-policy, rollgate-tiny"),
+        (
+            {"roles": {**good, "player_1": {"model": "gpt-9"}}},
+            "roles.player_1.model",
+            "down, other-policy, rollgate-tiny",
+        ),
         ({"roles": {**good, "player_0": {"agent": "smolagents"}}}, "roles.player_0.agent", "rollgate"),
         ({"roles": {**good, "player_0": {"sampling": {"temprature": 1}}}}, "roles.player_0.sampling.temprature", ""),
         ({}, "roles", "player_0, player_1"),  # a multi-role environment without roles
@@ -142,6 +148,20 @@ def test_cancelling_a_roles_job_gives_each_unfinished_episode_a_cancelled_trajec
         assert e.outcome is Outcome.cancelled
         assert sorted(t.role for t in e.trajectories) == ["player_0", "player_1"]
         assert all(t.reward is None and t.episode_id == e.episode_id for t in e.trajectories)
+
+
+def test_one_roles_model_down_fails_every_role_of_the_episode_and_a_retry_reruns_the_whole_episode(gateway_url):
+    roles = {"player_0": {"metadata": moves(0, 1, 2)}, "player_1": {"model": "down"}}
+    with httpx.Client(base_url=gateway_url, timeout=60) as c:
+        r = c.post("/v1/rollouts", json={"tasks": ttt_rows(1), "roles": roles, "retry_errors": 1})
+        assert r.status_code == 201, r.text
+        lines = results(c, r.json()["job_id"])
+    [episode] = [EpisodeRecord.model_validate(x["record"]) for x in lines if x["type"] == "episode"]
+    assert episode.outcome is Outcome.model_error and lines[-1]["progress"]["counts"] == {"model_error": 1}
+    for t in episode.trajectories:
+        assert t.outcome is Outcome.model_error and t.reward is None  # never a win or a loss
+        assert t.error.message.startswith("role player_1:") and t.attempts == 2
+        assert [a["outcome"] for a in t.metrics["attempt_errors"]] == ["model_error"]
 
 
 def test_collect_with_two_policies_writes_one_line_per_role_and_resumes_by_episode(gateway_url, tmp_path):

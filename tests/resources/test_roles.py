@@ -5,6 +5,8 @@ per role and a two-player game's add up to 0, draws included."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -156,3 +158,24 @@ def test_a_tool_naming_an_undeclared_role_is_refused_when_the_class_is_defined()
             @tool(role="referee")
             def whistle(self, state) -> str:
                 return "ok"
+
+
+async def test_the_guide_example_plays_as_documented():
+    """docs/roles.md's example environment, run as written."""
+    guide = (Path(__file__).parents[2] / "docs" / "roles.md").read_text()
+    namespace: dict = {}
+    exec(compile(guide.split("```python\n", 1)[1].split("```", 1)[0], "docs/roles.md", "exec"), namespace)
+    env = namespace["HigherPick"]()
+    rt = EnvRuntime(env, MemorySessionStore())
+    seeded = await rt.seed({"responses_create_params": {"input": "pick"}})
+    sid = seeded.session_id
+    assert seeded.turn == "first" and (await rt.observe(sid, "first")).observation.startswith("Pick")
+    early = await rt.call_tool(sid, "pick", {"number": 3}, "second")
+    assert early.is_error and "out of turn" in early.output
+    assert (await rt.call_tool(sid, "pick", {"number": 9}, "first")).is_error  # the environment's own rule
+    assert (await rt.call_tool(sid, "pick", {"number": 2}, "first")).turn == "second"
+    assert "has picked" in (await rt.observe(sid, "second")).observation
+    last = await rt.call_tool(sid, "pick", {"number": 3}, "second")
+    assert last.done is True and last.turn is None
+    verdicts = [(await rt.verify(sid, {"role": r})).reward for r in env.roles]
+    assert verdicts == [-1.0, 1.0] and sum(verdicts) == 0
