@@ -201,3 +201,40 @@ def test_collect_refuses_roles_that_are_not_an_object(gateway_url, tmp_path, cap
     assert main([*argv, "--roles", "[1, 2]", "--no-progress"]) == 2
     assert "--roles" in capsys.readouterr().err
     assert not Path(tmp_path / "o.jsonl").exists()
+
+
+def test_eval_play_reports_rates_per_role_and_two_policies_head_to_head_over_both_seatings(gateway_url, tmp_path):
+    out = tmp_path / "games.jsonl"
+    # each seating: whoever sits at player_0 plays the winning line
+    seatings = [
+        ({"policy_version": "A"}, {"model": "other-policy"}),
+        ({"model": "other-policy"}, {"policy_version": "A"}),
+    ]
+    for n, (first, second) in enumerate(seatings):
+        rows = [dict(r, task_id=f"seat{n}-{r['task_id']}") for r in ttt_rows(2)]
+        tasks = tmp_path / f"tasks{n}.jsonl"
+        tasks.write_bytes(b"".join(jsonutil.dumps(r) + b"\n" for r in rows))
+        roles = {"player_0": {**first, "metadata": moves(0, 1, 2)}, "player_1": {**second, "metadata": moves(3, 4)}}
+        argv = ["collect", "--tasks", str(tasks), "--out", str(out), "--gateway", gateway_url, "--no-progress"]
+        assert main([*argv, "--roles", json.dumps(roles), "--repeats", "2"]) == 0
+    report_path = tmp_path / "play.json"
+    assert main(["eval", "play", str(out), "--out", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    assert report["envs"] == [TTT] and report["failures"] == {}
+    first_mover = report["roles"]["player_0"]
+    assert first_mover["episodes"] == 8 and first_mover["win"]["value"] == 1.0 and first_mover["loss"]["value"] == 0
+    h2h = report["head_to_head"]
+    assert (h2h["a"], h2h["b"]) == ("other-policy", "rollgate-tiny@A")
+    assert h2h["episodes"] == 8 and h2h["tasks"] == 4 and h2h["draw"]["value"] == 0
+    assert h2h["score"]["value"] == 0.5 and h2h["score"]["ci"][0] < 0.5 < h2h["score"]["ci"][1]
+
+
+def test_eval_play_refuses_trajectories_without_roles(tmp_path, capsys):
+    single = Trajectory.model_validate(
+        {"group_id": "g", "task": {"env": "math", "task_id": "t", "row": {}}, "policy": {"model": "m"}}
+        | {"outcome": "completed", "reward": 1.0}
+    )
+    src = tmp_path / "single.jsonl"
+    src.write_text(single.model_dump_json() + "\n")
+    assert main(["eval", "play", str(src)]) == 2
+    assert "no role" in capsys.readouterr().err
