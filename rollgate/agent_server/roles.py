@@ -22,7 +22,7 @@ from typing import Any
 from rollgate.agent_server import items as it
 from rollgate.agent_server.agent import AGENT_NAME, Agent, RunContext, _within
 from rollgate.agent_server.episode import Episode, EpisodeFailure, Phase, failure
-from rollgate.core.errors import BadRequest
+from rollgate.core.errors import BadRequest, NotFound
 from rollgate.core.items import Item, output_text
 from rollgate.core.logging import log_context
 from rollgate.core.rows import Task, derive_seed, group_id
@@ -122,6 +122,9 @@ class RolesRunner:
         seats: dict[str, Seat] = {}
         session: list[str] = []
         outcome, error = Outcome.completed, None
+        m = self.base.metrics  # one episode (of several trajectories) in the episode metrics
+        m.rollouts_started.labels(task.env).inc()
+        m.in_flight.labels(task.env).inc()
         with log_context(job_id=ctx.job_id, task_id=task.task_id, env=task.env, episode_id=episode_id):
             try:
                 outcome = await self._guarded(task, ctx, env, policies, agents, seats, session, deadline)
@@ -131,6 +134,8 @@ class RolesRunner:
                 if session:
                     with contextlib.suppress(Exception):
                         await asyncio.shield(env.close(session[0], timeout_s=5.0))
+                m.in_flight.labels(task.env).dec()
+        m.rollouts_finished.labels(task.env, outcome.value).inc()
         total = time.monotonic() - started
         group = ctx.group_id or group_id(task.task_id, job_id=ctx.job_id, row_index=task.row_index)
         if not seats:  # failed before the seats were set: every role still gets its record
@@ -178,7 +183,16 @@ class RolesRunner:
     async def _episode(self, task, ctx, env: EnvClient, policies, agents, seats, session, deadline) -> Outcome:
         s = self.base.settings
         try:
-            declared = await env.roles()
+            try:
+                declared = await env.roles()
+            except NotFound:  # a single-role environment has no GET /roles
+                declared = {"roles": {}}
+            if not declared["roles"]:
+                raise BadRequest(
+                    f"roles: {task.env} has a single role; a job with roles needs a multi-role environment",
+                    component=COMPONENT,
+                    field="roles",
+                )
             check_roles(list(declared["roles"]), policies, env=task.env)
             all_tools = task.row.responses_create_params.get("tools") or await env.tools()
             seeded = await env.seed(task.row, timeout_s=s.seed_timeout_s)

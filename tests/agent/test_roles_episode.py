@@ -10,6 +10,7 @@ TicTacToe, the solve_grade example) over real HTTP."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from itertools import pairwise
 
@@ -53,9 +54,10 @@ def env_urls():
     apps = {
         TTT: create_resources_app(EnvRuntime(load_env(TTT), MemorySessionStore())),
         "solve_grade": create_resources_app(EnvRuntime(SolveGradeEnv(), MemorySessionStore())),
+        "math": create_resources_app(EnvRuntime(load_env("math"), MemorySessionStore())),
     }
-    with serve_in_thread(apps[TTT], timeout_s=60) as ttt, serve_in_thread(apps["solve_grade"], timeout_s=60) as sg:
-        yield {TTT: ttt, "solve_grade": sg}
+    with contextlib.ExitStack() as stack:
+        yield {name: stack.enter_context(serve_in_thread(app, timeout_s=60)) for name, app in apps.items()}
 
 
 @pytest.fixture(scope="module")
@@ -218,3 +220,7 @@ async def test_bad_role_mappings_are_refused_naming_the_role_and_what_is_accepte
         with pytest.raises(BadRequest) as info:
             await r.run(task(), RunContext(), policies)
         assert info.value.field == field and accepted in info.value.message
+    single = task("math", expected_answer="2")  # a single-role environment: no roles to map
+    with pytest.raises(BadRequest) as info:
+        await r.run(single, RunContext(), {"player_0": RolePolicy(), "player_1": RolePolicy()})
+    assert info.value.field == "roles" and "math has a single role" in info.value.message
