@@ -58,6 +58,8 @@ class RunContext:
     deadline: float | None = None  # absolute time.monotonic(); default: settings.episode_timeout_s
     cancel: asyncio.Event | None = None
     agent: str | None = None  # the job's agent (rollgate.agent_server.plugins.AgentSet picks it)
+    # a multi-role job: role -> RolePolicy (rollgate.agent_server.roles runs it; None: one role)
+    roles: dict[str, Any] | None = None
 
 
 class Agent:

@@ -35,10 +35,11 @@ from pydantic import ValidationError
 
 from rollgate.agent_server.agent import AGENT_NAME, Agent, RunContext
 from rollgate.agent_server.captures import CaptureSource
+from rollgate.agent_server.roles import RolesRunner
 from rollgate.core.errors import BadRequest, validation_summary
 from rollgate.core.metrics import Metrics
 from rollgate.core.rows import Task
-from rollgate.core.schemas import Trajectory
+from rollgate.core.schemas import EpisodeRecord, RolePolicy, Trajectory
 from rollgate.core.settings import AgentEntry, AgentSettings
 from rollgate.model_server.client import ModelClient
 from rollgate.resources_servers.client import EnvClient
@@ -216,11 +217,14 @@ class AgentSet:
         *,
         prebuilt: Mapping[str, EpisodeAgent] | None = None,
         default: str = DEFAULT_AGENT,
+        models: Mapping[str, Any] | None = None,
     ):
         self.parts = parts
         self.registry = registry
         self.default = default
         self._built: dict[str, EpisodeAgent] = dict(prebuilt or {})
+        self.models: dict[str, Any] = dict(models or {})  # models a role may name beside the loop's own
+        self._roles: RolesRunner | None = None
 
     @property
     def envs(self) -> Mapping[str, EnvClient]:
@@ -247,8 +251,15 @@ class AgentSet:
             self._built[name] = agent
         return agent
 
-    async def run(self, task: Task, ctx: RunContext | None = None) -> Trajectory:
+    async def run(self, task: Task, ctx: RunContext | None = None) -> Trajectory | EpisodeRecord:
         ctx = ctx or RunContext()
+        if ctx.roles:  # a multi-role episode: one trajectory per role (rollgate.agent_server.roles)
+            if self._roles is None:
+                base = self.get(DEFAULT_AGENT)
+                assert isinstance(base, Agent)
+                self._roles = RolesRunner(base, self.models)
+            policies = {r: RolePolicy.model_validate(p) for r, p in ctx.roles.items()}
+            return await self._roles.run(task, dataclasses.replace(ctx, roles=None), policies)
         agent = self.get(ctx.agent)
         # The name has done its job here (a configured entry may alias a kind under another name).
         return await agent.run(task, dataclasses.replace(ctx, agent=None))
@@ -258,3 +269,5 @@ class AgentSet:
             closer = getattr(agent, "aclose", None)
             if closer is not None and not isinstance(agent, Agent):  # the stack closes the loop's clients
                 await closer()
+        for model in self.models.values():
+            await model.aclose()

@@ -7,6 +7,8 @@ the rest to a gateway, and write every record as it arrives.
   last line (a crash mid-write) is cut off before appending.
 - Trajectories (every outcome: trainers skip the error ones) go to --out; FailureRecords go to
   `<out>.failures.jsonl`, rewritten on each run.
+- A job with roles (docs/roles.md) yields one trajectory per role per episode: each is a line of
+  --out, and resume counts episodes (distinct `episode_id`s), not lines.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ def read_tasks(path: Path, *, default_env: str | None, known_envs: list[str]) ->
 def finished_counts(out: Path) -> Counter:
     """Trajectories per task id already in `out`; cuts off a torn last line so appends stay valid."""
     counts: Counter = Counter()
+    episodes: set[tuple[str, str]] = set()  # a multi-role episode is one sample, whatever its roles
     if not out.exists():
         return counts
     data = out.read_bytes()
@@ -118,7 +121,12 @@ def finished_counts(out: Path) -> Counter:
     for raw in data.splitlines():
         try:
             rec = jsonutil.loads(raw)
-            counts[str(rec["task"]["task_id"])] += 1
+            task_id, episode = str(rec["task"]["task_id"]), rec.get("episode_id")
+            if episode is not None:
+                if (task_id, episode) in episodes:
+                    continue
+                episodes.add((task_id, episode))
+            counts[task_id] += 1
         except (jsonutil.JSONDecodeError, KeyError, TypeError):
             continue
     return counts
@@ -148,6 +156,7 @@ def collect(
     sampling: dict[str, Any] | None = None,
     policy_version: str | None = None,
     agent: str | None = None,
+    roles: dict[str, Any] | None = None,
     on_total: Callable[[int], None] = lambda n: None,
     on_record: Callable[[dict[str, Any], CollectStats], None] = lambda r, s: None,
 ) -> CollectStats:
@@ -181,6 +190,7 @@ def collect(
                         sampling=sampling,
                         policy_version=policy_version,
                         agent=agent,
+                        roles=roles,
                     )
                     jobs.append((job["job_id"], batch))
                     stats.job_ids.append(job["job_id"])
@@ -214,6 +224,10 @@ def _drain(
         if kind == "trajectory":
             _write(out_f, record)
             stats.add(record)
+        elif kind == "episode":  # a multi-role episode: one line per role
+            for traj in record["trajectories"]:
+                _write(out_f, traj)
+                stats.add(traj)
         elif kind == "failure":
             index = record.get("row_index")
             if isinstance(index, int) and 0 <= index < len(batch):

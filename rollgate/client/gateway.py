@@ -89,12 +89,14 @@ class RolloutClient:
         retry_errors: int | None = None,
         priority: int | None = None,
         agent: str | None = None,
+        roles: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Submit a job; while the queue is full (503) wait as told by Retry-After, up to capacity_wait_s.
         `purpose="eval"` marks an evaluation job (the gateway reports it per policy version);
         `retry_errors` re-runs infrastructure failures (default: the gateway's setting) and
         `priority` weights the job's share of the workers and `agent` picks the agent that runs the
-        episodes (default: the shipped loop; docs/agents.md)."""
+        episodes (default: the shipped loop; docs/agents.md). `roles` maps each role of a multi-role
+        environment to its policy (docs/roles.md)."""
         body = {
             "tasks": tasks,
             "env": env,
@@ -102,7 +104,13 @@ class RolloutClient:
             "sampling": sampling or {},
             "policy_version": policy_version,
         }
-        extras = (("purpose", purpose), ("retry_errors", retry_errors), ("priority", priority), ("agent", agent))
+        extras = (
+            ("purpose", purpose),
+            ("retry_errors", retry_errors),
+            ("priority", priority),
+            ("agent", agent),
+            ("roles", roles),
+        )
         for key, value in extras:
             if value is not None:
                 body[key] = value

@@ -52,6 +52,13 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         help="the agent that runs the episodes: the shipped loop (default), a black-box harness such as "
         "smolagents, or a plugin or settings entry (docs/agents.md; GET /v1/agents lists them)",
     )
+    p.add_argument(
+        "--roles",
+        metavar="JSON|FILE",
+        help="a multi-role environment: each role -> its policy, as a JSON object or a JSON/YAML file, e.g. "
+        '\'{"player_0": {"policy_version": "a"}, "player_1": {"model": "other", "sampling": {"temperature": 0.7}}}\' '
+        "(docs/roles.md)",
+    )
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature override")
     p.add_argument(
         "--max-output-tokens", type=int, default=None, metavar="N", help="per model call, overrides the rows' value"
@@ -116,6 +123,22 @@ def rows_naming_another_env(tasks: Path, env: str) -> tuple[int, int, str] | Non
     return (count, *first) if first else None
 
 
+def load_roles(value: str | None) -> dict | None:
+    """--roles: a JSON object, or a JSON or YAML file holding one (checked by the gateway)."""
+    if not value:
+        return None
+    import yaml
+
+    text = Path(value).read_text() if not value.lstrip().startswith("{") and Path(value).is_file() else value
+    try:
+        roles = yaml.safe_load(text)  # JSON is YAML
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not JSON or YAML: {exc}") from None
+    if not isinstance(roles, dict) or not roles:
+        raise ValueError("must be an object mapping each role to its policy (or a file holding one)")
+    return roles
+
+
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -144,6 +167,11 @@ def run(args: argparse.Namespace) -> int:
             f"--env {args.env} applies only to rows that name none",
             file=sys.stderr,
         )
+    try:
+        roles = load_roles(args.roles)
+    except ValueError as exc:
+        print(f"rollgate collect: --roles: {exc}", file=sys.stderr)
+        return 2
     sampling = {
         k: v
         for k, v in {"temperature": args.temperature, "max_output_tokens": args.max_output_tokens}.items()
@@ -171,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
                 sampling=sampling,
                 policy_version=args.policy_version,
                 agent=args.agent,
+                roles=roles,
                 on_total=on_total,
                 on_record=on_record,
             )

@@ -10,7 +10,9 @@ from typing import Any
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="a JSON list of {name, family, available, tools, why_not, ...}")
+    p.add_argument(
+        "--json", action="store_true", help="a JSON list of {name, family, available, tools, roles, why_not, ...}"
+    )
     p.add_argument("--available", action="store_true", help="only the environments that can run here")
 
 
@@ -24,6 +26,7 @@ def listing() -> list[dict[str, Any]]:
             "family": spec.family,
             "available": spec.available,
             "tools": spec.tool_names(),
+            "roles": list(getattr(spec.env_class, "roles", ()) or ()),  # a multi-role environment's (docs/roles.md)
             "why_not": spec.reason,
             "generates_tasks": spec.tasks is not None,
             "source": spec.source,
@@ -37,6 +40,7 @@ def listing() -> list[dict[str, Any]]:
                 "family": None,
                 "available": False,
                 "tools": [],
+                "roles": [],
                 "why_not": f"plugin failed to load: {b.error}",
                 "generates_tasks": False,
                 "source": b.entry_point,
@@ -58,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'environment':<{width}}  {'family':<13} {'ok':<3} tools / why not")
     for r in rows:
         detail = ", ".join(r["tools"]) or "-" if r["available"] else r["why_not"]
+        if r["available"] and r["roles"]:
+            detail += f"  (roles: {', '.join(r['roles'])})"
         print(f"{r['name']:<{width}}  {r['family'] or '-':<13} {'yes' if r['available'] else 'no':<3} {detail}")
     ok = Counter(r["family"] or "single" for r in rows if r["available"])
     not_ok = sum(not r["available"] for r in rows)

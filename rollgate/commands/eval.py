@@ -63,7 +63,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_common_flags(p)
 
-    sub = p.add_subparsers(dest="eval_action", metavar="{compare,reverify}")
+    sub = p.add_subparsers(dest="eval_action", metavar="{compare,reverify,play}")
     c = sub.add_parser("compare", help="paired comparison of two evaluation directories (B against A)")
     c.add_argument("a", metavar="A", help="evaluation directory of the baseline")
     c.add_argument("b", metavar="B", help="evaluation directory of the candidate")
@@ -76,6 +76,11 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     r.add_argument("--out", dest="rv_out", required=True, metavar="DIR", help="directory of the new report")
     r.add_argument("--threshold", dest="rv_threshold", type=float, help="default: the source report's")
     r.add_argument("--config", dest="rv_config", metavar="FILE", help="YAML settings (e.g. the code sandbox)")
+    g = sub.add_parser("play", help="win / draw / loss rates of multi-role episodes, per role and head to head")
+    g.add_argument("src", metavar="FILE", help="per-role trajectories (JSONL) of `rollgate collect --roles`")
+    g.add_argument("--out", dest="play_out", metavar="FILE", help="also write the report as JSON here")
+    g.add_argument("--bootstrap-resamples", dest="play_resamples", type=int, default=2000, metavar="B")
+    g.add_argument("--bootstrap-seed", dest="play_seed", type=int, default=0, metavar="S")
 
 
 def _pass_k(text: str | None, k: int) -> tuple[int, ...]:
@@ -204,6 +209,21 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _play(args: argparse.Namespace) -> int:
+    from rollgate.core import jsonutil
+    from rollgate.evaluation.play import play_report, play_table, read_trajectories
+
+    src = Path(args.src)
+    if not src.is_file():
+        print(f"rollgate eval play: {src}: no such file", file=sys.stderr)
+        return 2
+    report = play_report(read_trajectories(src), resamples=args.play_resamples, seed=args.play_seed)
+    print(play_table(report))
+    if args.play_out:
+        Path(args.play_out).write_bytes(jsonutil.dumps(report))
+    return 0
+
+
 def _reverify(args: argparse.Namespace) -> int:
     from rollgate.core.settings import Settings
     from rollgate.evaluation.report import summary_table
@@ -227,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
     from rollgate.core.logging import setup_logging
 
     setup_logging("WARNING")
-    action = {"compare": _compare, "reverify": _reverify}.get(args.eval_action or "", _run_eval)
+    action = {"compare": _compare, "reverify": _reverify, "play": _play}.get(args.eval_action or "", _run_eval)
     try:
         return action(args)
     except RollgateError as exc:

@@ -14,7 +14,7 @@ from typing import Any
 
 from rollgate.core import jsonutil
 
-CONTEXT_FIELDS = ("job_id", "trajectory_id", "session_id", "task_id", "env", "component")
+CONTEXT_FIELDS = ("job_id", "trajectory_id", "episode_id", "session_id", "task_id", "env", "component")
 
 # Immutable mapping per context: set() replaces it, so a task never sees ids bound by a sibling.
 _LOG_CONTEXT: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(

@@ -193,6 +193,10 @@ class Trajectory(BaseModel):
     # history between model calls, so each turn is a segment of its own (prompt + generation).
     # Trainers that flatten an episode into one sequence must refuse or split such a trajectory.
     segmented: bool = False
+    # Multi-role episodes (docs/roles.md): which role this trajectory is, and the episode its
+    # roles' trajectories share (with the group id). Both absent on single-role trajectories.
+    role: str | None = None
+    episode_id: str | None = None
     reward: float | None = None
     reward_components: dict[str, float] | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
@@ -216,6 +220,14 @@ class Trajectory(BaseModel):
         if self.reward is not None:
             check_reward_sum(self.reward, self.reward_components)
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_unset_role(self, handler):
+        out = handler(self)
+        if out.get("role") is None:  # single-role records stay as they always were
+            out.pop("role", None)
+            out.pop("episode_id", None)
+        return out
 
     @property
     def ok(self) -> bool:
@@ -245,9 +257,22 @@ class FailureRecord(BaseModel):
 # Resources-server wire types ------------------------------------------------------------
 
 
+def _drop_none(handler, value, keys: tuple[str, ...]) -> dict[str, Any]:
+    out = handler(value)
+    for key in keys:
+        if out.get(key) is None:
+            out.pop(key, None)
+    return out
+
+
 class SeedResponse(BaseModel):
     session_id: str
     observation: str | None = None
+    turn: str | None = None  # a multi-role environment: the role that moves first
+
+    @model_serializer(mode="wrap")
+    def _plain(self, handler):
+        return _drop_none(handler, self, ("turn",))
 
 
 class ToolCallRequest(BaseModel):
@@ -258,6 +283,23 @@ class ToolCallRequest(BaseModel):
 class ToolOutput(BaseModel):
     output: str
     is_error: bool = False
+    # a multi-role environment: whose turn it is after this call (None with done: nobody's)
+    turn: str | None = None
+    done: bool | None = None
+
+    @model_serializer(mode="wrap")
+    def _plain(self, handler):
+        return _drop_none(handler, self, ("turn", "done"))
+
+
+class RoleView(BaseModel):
+    """What one role of a multi-role session sees now (POST /sessions/{id}/observe): the text
+    addressed to it since it last looked, and whose turn it is (None once the episode is over)."""
+
+    role: str
+    observation: str = ""
+    turn: str | None = None
+    done: bool = False
 
 
 class VerifyRequest(BaseModel):
@@ -268,6 +310,7 @@ class VerifyRequest(BaseModel):
     transcript: list[Item] | None = None
     # close the session once verified: the agent's last call to the environment, one round trip less
     close: bool = False
+    role: str | None = None  # a multi-role environment: whose verdict (each role has its own reward)
 
 
 class VerifyResult(BaseModel):
@@ -287,3 +330,31 @@ class VerifyResult(BaseModel):
     def _sum(self) -> VerifyResult:
         check_reward_sum(self.reward, self.reward_components)
         return self
+
+
+# Multi-role episodes (docs/roles.md) ----------------------------------------------------
+
+
+class RolePolicy(BaseModel):
+    """Who plays one role of a job's multi-role episodes."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = Field(None, max_length=256, description="a model the gateway serves (default: its own)")
+    sampling: SamplingOverrides = Field(default_factory=SamplingOverrides)
+    agent: str | None = Field(None, max_length=64, description="the agent loop (only `rollgate` plays roles today)")
+    policy_version: str | None = Field(None, max_length=256, description="recorded on this role's trajectories")
+    instructions: str | None = Field(None, max_length=100_000, description="this role's system prompt")
+    metadata: dict[str, str] | None = Field(None, description="sent with each of this role's model calls")
+
+
+class EpisodeRecord(BaseModel):
+    """The job queue's one record of a multi-role task: one trajectory per role, one episode."""
+
+    schema_version: int = SCHEMA_VERSION
+    episode_id: str
+    group_id: str
+    job_id: str | None = None
+    row_index: int | None = None
+    sample_index: int = 0
+    outcome: Outcome  # the episode's: the same on every role's trajectory
+    trajectories: list[Trajectory]

@@ -192,6 +192,9 @@ class Settings(BaseSettings):
     model_urls: list[str] = Field(default_factory=list)
     env_urls: dict[str, list[str]] = Field(default_factory=dict)
     gateway_url: str | None = None
+    # models a role of a multi-role job may name beside model.served_name (docs/roles.md):
+    # name -> base URL of a server of the Responses API in training mode (another Rollgate model server)
+    role_models: dict[str, str] = Field(default_factory=dict)
 
     model: ModelSettings = Field(default_factory=ModelSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)

@@ -1,7 +1,7 @@
 """Rollout jobs: the routes (the request and its planning are rollgate.jobs.plan).
 
 POST /v1/rollouts            {tasks, env?, agent?, repeats, sampling, policy_version?, purpose?, k?,
-                             threshold?, pass_k?, retry_errors?, priority?} -> {job_id, num_tasks}
+                             threshold?, pass_k?, retry_errors?, priority?, roles?} -> {job_id, num_tasks}
 GET  /v1/agents              the agents a job may name (rollgate.agent_server.plugins)
 GET  /v1/rollouts            recent jobs with their progress (the viewer's job list)
 GET  /v1/rollouts/summary    finished jobs per policy version: training reward and evaluation results
@@ -39,6 +39,7 @@ def jobs_router(
     retry_errors: int = 0,
     metrics: Metrics | None = None,
     agents: AgentRegistry | None = None,
+    known_models: list[str] | None = None,
 ) -> APIRouter:
     metrics = metrics if metrics is not None else Metrics.off()
     r = APIRouter(prefix="/v1", tags=["rollouts"])
@@ -75,6 +76,7 @@ def jobs_router(
             max_task_bytes=max_task_bytes,
             retry_errors=retry_errors,
             known_agents=agents.names() if agents is not None else None,
+            known_models=known_models,
         )
         await queue.submit(spec, tasks)
         metrics.jobs.labels("submitted").inc()

@@ -54,6 +54,7 @@ def create_gateway_app(
             queue,
             known_envs=known_envs,
             model_name=settings.model.served_name,
+            known_models=[settings.model.served_name, *settings.role_models],
             max_task_bytes=settings.gateway.max_task_bytes,
             retry_errors=settings.gateway.retry_errors,
             metrics=metrics,

@@ -2,6 +2,8 @@
 
 Each line is one JSON object:
   {"cursor": "<job_id>:<n>", "type": "trajectory" | "failure", "record": {...}}   the n-th record
+  {"cursor": ..., "type": "episode", "record": {...}}  a multi-role task's record: its `trajectories`
+                                                       (one per role, docs/roles.md)
   {"cursor": ..., "type": "heartbeat"}            (wait=true) nothing new for a while; ignore
   {"cursor": ..., "type": "end", "progress": {...}}   the job is finished and every record was sent
 A client that loses the connection asks again with `cursor=` the last cursor it processed and

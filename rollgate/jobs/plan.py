@@ -16,8 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest
 from rollgate.core.rows import group_id, parse_row
-from rollgate.core.schemas import JsonInt, SamplingOverrides
+from rollgate.core.schemas import JsonInt, RolePolicy, SamplingOverrides
 from rollgate.jobs.queue import EvalOptions, JobPurpose, JobSpec, TaskEnvelope
+from rollgate.jobs.roles import check_env_roles, check_job_roles
 
 COMPONENT = "gateway"
 DEFAULT_REWARD_RANGE = (0.0, 1.0)
@@ -74,6 +75,14 @@ class RolloutRequest(BaseModel):
         "a job of priority 2 gets twice the tasks of a job of priority 1 while both have work",
     )
 
+    roles: dict[str, RolePolicy] | None = Field(
+        None,
+        max_length=16,
+        description="a multi-role environment's job: each role -> its policy (model, sampling, agent, "
+        "policy_version); the same model for two roles is self-play. Each episode yields one trajectory "
+        "per role, linked by episode_id and group_id (docs/roles.md)",
+    )
+
 
 class SubmitResponse(BaseModel):
     job_id: str
@@ -91,6 +100,7 @@ def plan_job(
     max_task_bytes: int = 1_000_000,
     retry_errors: int = 0,
     known_agents: list[str] | None = None,
+    known_models: list[str] | None = None,
 ) -> tuple[JobSpec, list[TaskEnvelope]]:
     """Validate every row (the first bad one is a 400 naming its index and field) and expand
     the job into tasks: rows x repeats, the repeats of a row sharing one group. `known_agents`:
@@ -116,6 +126,7 @@ def plan_job(
     retries = retry_errors if req.retry_errors is None else req.retry_errors
     job_id = f"job_{uuid.uuid4().hex}"
     sampling = req.sampling.model_dump(exclude_none=True)
+    roles = check_job_roles(req, known_models or [model_name])
     tasks: list[TaskEnvelope] = []
     for i, raw in enumerate(req.tasks):
         if isinstance(raw, dict):
@@ -129,6 +140,7 @@ def plan_job(
         task = parse_row(
             raw, env=default_env, known_envs=known_envs, row_index=i, where=f"tasks[{i}]", component=COMPONENT
         )
+        check_env_roles(task.env, req.roles, where=f"tasks[{i}]")
         group = group_id(task.task_id, job_id=job_id, row_index=i)
         row = task.dump()
         for s in range(repeats):
@@ -146,6 +158,7 @@ def plan_job(
                     policy_version=req.policy_version,
                     retry_errors=retries,
                     agent=req.agent,
+                    roles=roles,
                 )
             )
     if eval_options is not None:
@@ -165,6 +178,7 @@ def plan_job(
         retry_errors=retries,
         priority=req.priority,
         agent=req.agent,
+        roles=roles,
     )
     return spec, tasks
 

@@ -25,12 +25,14 @@ from pydantic import BaseModel, Field
 from rollgate.core import jsonutil
 from rollgate.core.errors import ErrorKind
 from rollgate.core.schemas import (
+    EpisodeRecord,
     ErrorInfo,
     FailureRecord,
     Outcome,
     PolicyRef,
     TaskRef,
     Trajectory,
+    new_id,
 )
 
 # A task whose claims outlive this many workers is failed instead of killing a fourth one.
@@ -66,6 +68,7 @@ class TaskEnvelope(BaseModel):
     policy_version: str | None = None
     retry_errors: int = 0  # re-runs of an episode that ended env_error, model_error or timeout
     agent: str | None = None  # the job's agent (rollgate.agent_server.plugins); None: the default loop
+    roles: dict[str, Any] | None = None  # a multi-role job: role -> RolePolicy (docs/roles.md)
 
 
 class JobSpec(BaseModel):
@@ -83,6 +86,7 @@ class JobSpec(BaseModel):
     retry_errors: int = 0
     priority: int = 1  # a job's share of the workers relative to other running jobs
     agent: str | None = None  # None: the default agent loop
+    roles: dict[str, Any] | None = None  # a multi-role job: role -> RolePolicy
 
 
 class JobProgress(BaseModel):
@@ -148,11 +152,14 @@ class JobQueue(Protocol):
 # parsing them (what a job rebuilt after Redis data loss needs: rollgate.jobs.redis_loss).
 TAG_TRAJECTORY = b"t"
 TAG_FAILURE = b"f"
+TAG_EPISODE = b"e"  # a multi-role task's EpisodeRecord: one trajectory per role
 
 
 def encode_record(record: dict[str, Any], key: str | None = None) -> tuple[bytes, str, float | None]:
     """-> (stored bytes, stats label, reward or None)."""
     head = b"" if key is None else key.encode()
+    if "trajectories" in record:  # its roles' rewards are not one reward (zero-sum: they add to 0)
+        return TAG_EPISODE + head + jsonutil.dumps(record), str(record["outcome"]), None
     if "outcome" in record:
         outcome = str(record["outcome"])
         reward = record.get("reward")
@@ -161,8 +168,9 @@ def encode_record(record: dict[str, Any], key: str | None = None) -> tuple[bytes
 
 
 def decode_record(stored: bytes) -> tuple[str, bytes]:
-    """-> ("trajectory" | "failure", JSON bytes)."""
-    kind = "trajectory" if stored[:1] == TAG_TRAJECTORY else "failure"
+    """-> ("trajectory" | "episode" | "failure", JSON bytes)."""
+    tag = stored[:1]
+    kind = "trajectory" if tag == TAG_TRAJECTORY else "episode" if tag == TAG_EPISODE else "failure"
     return kind, stored[stored.index(b"{", 1) :]
 
 
@@ -173,6 +181,8 @@ def record_key(stored: bytes) -> str | None:
 
 
 def cancelled_record(task: TaskEnvelope, spec: JobSpec) -> dict[str, Any]:
+    if task.roles:  # a multi-role task: one cancelled trajectory per role, as one episode
+        return cancelled_episode(task, spec)
     traj = Trajectory(
         group_id=task.group_id,
         sample_index=task.sample_index,
@@ -236,3 +246,23 @@ def progress_from(
         error=error,
         agent=spec.agent,
     )
+
+
+def cancelled_episode(task: TaskEnvelope, spec: JobSpec) -> dict[str, Any]:
+    episode_id = new_id("ep")
+    trajectories = []
+    for role, policy in (task.roles or {}).items():
+        traj = Trajectory.model_validate(cancelled_record(task.model_copy(update={"roles": None}), spec))
+        traj.role, traj.episode_id = role, episode_id
+        traj.policy.model = policy.get("model") or spec.model
+        traj.policy.policy_version = policy.get("policy_version") or task.policy_version
+        trajectories.append(traj)
+    return EpisodeRecord(
+        episode_id=episode_id,
+        group_id=task.group_id,
+        job_id=task.job_id,
+        row_index=task.index,
+        sample_index=task.sample_index,
+        outcome=Outcome.cancelled,
+        trajectories=trajectories,
+    ).model_dump(mode="json")

@@ -20,7 +20,7 @@ from rollgate.core.errors import RollgateError, UpstreamError
 from rollgate.core.metrics import Metrics
 from rollgate.core.retry import RetryPolicy
 from rollgate.core.rows import Task
-from rollgate.core.schemas import ErrorInfo, ErrorKind, FailureRecord, Outcome, Trajectory
+from rollgate.core.schemas import EpisodeRecord, ErrorInfo, ErrorKind, FailureRecord, Outcome, Trajectory
 from rollgate.jobs.queue import Claim, JobQueue, TaskEnvelope
 
 log = logging.getLogger("rollgate.worker")
@@ -29,7 +29,7 @@ log = logging.getLogger("rollgate.worker")
 class EpisodeRunner(Protocol):
     """What the worker needs from the agent (rollgate.agent_server.agent.Agent)."""
 
-    async def run(self, task: Task, ctx: RunContext | None = None) -> Trajectory: ...
+    async def run(self, task: Task, ctx: RunContext | None = None) -> Trajectory | EpisodeRecord: ...
 
 
 def worker_name() -> str:
@@ -84,9 +84,11 @@ async def run_task(
         if not await policy.wait(len(failed), cancel=cancel):
             break  # the job was cancelled while we waited: the last attempt's record stands
     if "outcome" in record:  # a Trajectory (a refused row is a FailureRecord, never retried)
-        record["attempts"] = len(failed) + 1
-        if failed:
-            record.setdefault("metrics", {})["attempt_errors"] = failed
+        # a multi-role episode: each role's trajectory says how many attempts the episode took
+        for traj in record.get("trajectories") or [record]:
+            traj["attempts"] = len(failed) + 1
+            if failed:
+                traj.setdefault("metrics", {})["attempt_errors"] = failed
     return record
 
 
@@ -99,6 +101,7 @@ async def _run_once(agent: EpisodeRunner, task: TaskEnvelope, cancel: asyncio.Ev
         sampling=dict(task.sampling),
         cancel=cancel,
         agent=task.agent,
+        roles=task.roles,
     )
     # Parsed when the job was submitted (rollgate.jobs.plan): rebuilt here without re-validation.
     parsed = Task.trusted(task.row, task_id=task.task_id, env=task.env, row_index=task.index)

@@ -65,10 +65,14 @@ TOOL_CALL = {
 
 
 def tool_call_docs(runtime: EnvRuntime) -> dict[str, Any]:
+    body: dict[str, Any] = TOOL_CALL
+    if runtime.env.roles:  # a multi-role environment: the caller names its role (docs/roles.md)
+        role = {"enum": list(runtime.env.roles), "description": "the role that calls; out of turn: an error output"}
+        body = {**TOOL_CALL, "properties": {**TOOL_CALL["properties"], "role": role}, "required": ["role"]}
     return {
         "response_model": ToolOutput,
         "responses": errors(404),  # unknown session or tool
-        "openapi_extra": json_body(TOOL_CALL),
+        "openapi_extra": json_body(body),
     }
 
 

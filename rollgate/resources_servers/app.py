@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from rollgate.core.app import FastJSONResponse, hot_route, make_app, parse_json, read_json
 from rollgate.core.errors import BadRequest
 from rollgate.core.items import response_text
-from rollgate.core.schemas import VerifyRequest
+from rollgate.core.schemas import RoleView, VerifyRequest
 from rollgate.resources_servers import api_docs
 from rollgate.resources_servers.base import EnvRuntime
 from rollgate.resources_servers.interop.mcp_server import MCP_METHODS, MCP_PATH, MCPSessionEndpoint
@@ -48,7 +48,11 @@ class NativeHandlers:
         body = parse_json(raw, component=self.comp)
         if not isinstance(body, dict):
             raise BadRequest('body must be an object {"arguments": {...}}', component=self.comp, field="body")
-        return _json(await self.runtime.call_tool(params["session_id"], params["tool_name"], body.get("arguments", {})))
+        role = body.get("role")  # a multi-role environment: who calls (rollgate.resources_servers.roles)
+        if role is not None and not isinstance(role, str):
+            raise BadRequest("role must be a string", component=self.comp, field="role")
+        sid, name = params["session_id"], params["tool_name"]
+        return _json(await self.runtime.call_tool(sid, name, body.get("arguments", {}), role))
 
     async def verify(self, params: dict[str, str], raw: bytes) -> Response:
         # Same answers as a FastAPI `body: VerifyRequest` parameter: 422 naming the field.
@@ -104,6 +108,23 @@ def env_router(runtime: EnvRuntime, r: APIRouter | None = None) -> APIRouter:
     @r.post("/sessions/{session_id}/verify", summary="Verify a session's answer", tags=tags, **api_docs.VERIFY_DOCS)
     async def verify(session_id: str, request: Request) -> Response:
         return await h.verify({"session_id": session_id}, await request.body())
+
+    if runtime.env.roles:  # a multi-role environment (docs/roles.md)
+
+        @r.get("/roles", summary="Each role's tools (a multi-role environment)", tags=tags)
+        async def roles() -> dict[str, Any]:
+            return {"roles": runtime.role_tools(), "zero_sum": runtime.env.zero_sum}
+
+        @r.post(
+            "/sessions/{session_id}/observe",
+            summary="What one role sees now, and whose turn it is",
+            tags=tags,
+            response_model=RoleView,
+        )
+        async def observe(session_id: str, request: Request) -> Response:
+            body = parse_json(await request.body() or b"{}", component=h.comp)
+            role = body.get("role") if isinstance(body, dict) else None
+            return _json(await runtime.observe(session_id, role))
 
     @r.delete("/sessions/{session_id}", status_code=204, summary="Close a session", tags=tags, **api_docs.DELETE_DOCS)
     async def delete(session_id: str) -> Response:

@@ -11,6 +11,11 @@ An environment is a subclass of `Environment` with
 
 Tools mutate `state` in place; `EnvRuntime` loads it, runs the tool and stores it back
 atomically. A tool raises `ToolError` for an illegal action: the model reads it as an error output.
+
+An environment with several roles (a game's players, a solver and a grader) also sets `roles`,
+marks each tool with the roles that may call it (`@tool(role="grader")`; unmarked: every role),
+and defines `turn(state)` (whose move, None when over) and `observe(state, role)`; `verify`
+reads `request.role`. rollgate.resources_servers.roles holds the rules; docs/roles.md the guide.
 """
 
 from __future__ import annotations
@@ -19,90 +24,21 @@ import asyncio
 import contextlib
 import inspect
 import random
-import typing
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ValidationError
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest, NotFound, field_error, validation_summary
 from rollgate.core.items import last_assistant_text
 from rollgate.core.metrics import Metrics
 from rollgate.core.rows import parse_row
-from rollgate.core.schemas import SeedResponse, TaskRow, ToolOutput, VerifyRequest, VerifyResult
+from rollgate.core.schemas import RoleView, SeedResponse, TaskRow, ToolOutput, VerifyRequest, VerifyResult
 from rollgate.core.session_store import SessionStore
+from rollgate.resources_servers import roles
+from rollgate.resources_servers.tools import ToolError, ToolSpec, build_spec, tool
 
-
-class ToolError(Exception):
-    """An illegal action or bad argument: reported to the model as an error output, not a failure."""
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    description: str
-    params: type[BaseModel]
-    method_name: str
-    blocking: bool  # run in a worker thread (the tool blocks, e.g. runs a subprocess)
-    is_async: bool
-
-    def openai_schema(self) -> dict[str, Any]:
-        schema = self.params.model_json_schema()
-        schema.pop("title", None)
-        for prop in schema.get("properties", {}).values():
-            prop.pop("title", None)
-        schema.setdefault("properties", {})
-        schema["additionalProperties"] = False
-        return {
-            "type": "function",
-            "name": self.name,
-            "description": self.description,
-            "parameters": schema,
-            "strict": False,
-        }
-
-
-def tool(fn: Callable | None = None, *, name: str | None = None, blocking: bool = False):
-    """Mark an Environment method as a tool. `blocking=True` runs it in a worker thread."""
-
-    def mark(f: Callable) -> Callable:
-        f.__rollgate_tool__ = {"name": name or f.__name__, "blocking": blocking}  # type: ignore[attr-defined]
-        return f
-
-    return mark(fn) if fn is not None else mark
-
-
-def _doc_summary(f: Callable) -> str:
-    doc = inspect.getdoc(f) or ""
-    return doc.split("\n\n")[0].replace("\n", " ").strip()
-
-
-def _build_spec(cls: type, attr: str, f: Callable) -> ToolSpec:
-    meta = f.__rollgate_tool__  # type: ignore[attr-defined]
-    sig = inspect.signature(f)
-    hints = typing.get_type_hints(f, include_extras=True)
-    params = list(sig.parameters.values())
-    if len(params) < 2 or params[0].name != "self" or params[1].name != "state":
-        raise TypeError(f"{cls.__name__}.{attr}: a tool's signature is (self, state, <arguments>...)")
-    fields: dict[str, Any] = {}
-    for p in params[2:]:
-        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-            raise TypeError(f"{cls.__name__}.{attr}: *args/**kwargs are not allowed in tools")
-        if p.name not in hints:
-            raise TypeError(f"{cls.__name__}.{attr}: argument {p.name!r} needs a type annotation")
-        default = ... if p.default is p.empty else p.default
-        fields[p.name] = (hints[p.name], default)
-    model = create_model(f"{cls.__name__}_{attr}_args", __config__=ConfigDict(extra="forbid"), **fields)
-    return ToolSpec(
-        name=meta["name"],
-        description=_doc_summary(f),
-        params=model,
-        method_name=attr,
-        blocking=meta["blocking"],
-        is_async=inspect.iscoroutinefunction(f),
-    )
+__all__ = ["EnvRuntime", "Environment", "ToolError", "ToolSpec", "tool"]
 
 
 class Environment:
@@ -121,6 +57,10 @@ class Environment:
     # them with it before `seed` (a bad one is a 400 naming the field) and the OpenAPI document
     # of the seed routes publishes its schema. None: `seed` checks the row itself.
     Row: ClassVar[type[BaseModel] | None] = None
+    # Several roles in one episode (rollgate.resources_servers.roles): their names, in no order
+    # of play (`turn` decides); `zero_sum`: the roles' rewards add up to 0 in every episode.
+    roles: ClassVar[tuple[str, ...]] = ()
+    zero_sum: ClassVar[bool] = False
     _tool_specs: ClassVar[dict[str, ToolSpec]]
     _async_hooks: ClassVar[frozenset[str]] = frozenset()  # which lifecycle hooks are coroutines
     _holds_sessions: ClassVar[bool] = False  # does it override close_session?
@@ -131,8 +71,14 @@ class Environment:
         for klass in reversed(cls.__mro__):
             for attr, value in vars(klass).items():
                 if callable(value) and hasattr(value, "__rollgate_tool__"):
-                    spec = _build_spec(cls, attr, value)
+                    spec = build_spec(cls, attr, value)
                     specs[spec.name] = spec
+        for spec in specs.values():
+            unknown = [r for r in spec.roles if r not in cls.roles]
+            if unknown:
+                raise TypeError(
+                    f"{cls.__name__}.{spec.method_name}: role {unknown[0]!r} is not one of roles {cls.roles}"
+                )
         cls._tool_specs = specs
         cls._async_hooks = frozenset(
             hook for hook in ("seed", "verify", "close_session") if inspect.iscoroutinefunction(getattr(cls, hook))
@@ -146,6 +92,15 @@ class Environment:
         raise NotImplementedError
 
     def verify(self, state: Any, request: VerifyRequest) -> VerifyResult:
+        raise NotImplementedError
+
+    def turn(self, state: Any) -> str | None:
+        """A multi-role environment: the role to move now; None once the episode is over."""
+        raise NotImplementedError
+
+    def observe(self, state: Any, role: str) -> str:
+        """A multi-role environment: what `role` sees now that it has not seen yet (its own view:
+        never another role's private state). May mark it seen in `state`."""
         raise NotImplementedError
 
     def close_session(self, state: Any) -> None:
@@ -254,7 +209,8 @@ class EnvRuntime:
             ) from None
         state, observation = out if isinstance(out, tuple) else (out, None)
         sid = await self.store.create({"seed": seed, "state": state.model_dump(mode="json")})
-        return SeedResponse(session_id=sid, observation=observation)
+        turn = self.env.turn(state) if self.env.roles else None
+        return SeedResponse(session_id=sid, observation=observation, turn=turn)
 
     def _check_row(self, task: TaskRow) -> None:
         try:
@@ -264,12 +220,19 @@ class EnvRuntime:
                 exc, component=self.component, default="row", skip=_TYPE_TAGS, note=f" (a {self.name} row)"
             ) from None
 
-    async def call_tool(self, session_id: str, name: str, arguments: dict[str, Any] | str | None) -> ToolOutput:
-        out = await self._call_tool(session_id, name, arguments)
+    async def call_tool(
+        self, session_id: str, name: str, arguments: dict[str, Any] | str | None, role: str | None = None
+    ) -> ToolOutput:
+        out = await self._call_tool(session_id, name, arguments, role)
         self._tool_counter.labels(self.name, name, "error" if out.is_error else "ok").inc()
         return out
 
-    async def _call_tool(self, session_id: str, name: str, arguments: dict[str, Any] | str | None) -> ToolOutput:
+    async def _call_tool(
+        self, session_id: str, name: str, arguments: dict[str, Any] | str | None, role: str | None
+    ) -> ToolOutput:
+        multi = bool(self.env.roles)
+        if multi:
+            roles.check_role(self.env, role, component=self.component)
         spec = self.specs.get(name)
         if spec is None:
             raise NotFound(
@@ -288,15 +251,21 @@ class EnvRuntime:
         ) -> ToolOutput:
             # Illegal actions may still change state on purpose (e.g. a wasted guess): always store it.
             record["state"] = state.model_dump(mode="json")
-            if error is not None:
-                return ToolOutput(output=f"error: {error}", is_error=True)
-            return ToolOutput(output=tool_output_text(value))
+            out = (
+                ToolOutput(output=f"error: {error}", is_error=True)
+                if error is not None
+                else ToolOutput(output=tool_output_text(value))
+            )
+            return roles.with_turn(self.env, state, out) if multi else out
 
         if not (spec.is_async or spec.blocking):
 
             def run_sync(record: dict[str, Any]) -> ToolOutput:
                 # Inline: no await between load and store, so the memory store needs no lock.
                 state = state_cls.model_validate(record["state"])
+                refused = roles.refusal(self.env, spec, state, role) if multi else None
+                if refused is not None:
+                    return finish(record, state, error=refused)
                 try:
                     return finish(record, state, method(state, **kwargs))
                 except ToolError as exc:
@@ -306,6 +275,9 @@ class EnvRuntime:
 
         async def run(record: dict[str, Any]) -> ToolOutput:
             state = state_cls.model_validate(record["state"])
+            refused = roles.refusal(self.env, spec, state, role) if multi else None
+            if refused is not None:
+                return finish(record, state, error=refused)
             try:
                 if spec.is_async:
                     value = await method(state, **kwargs)
@@ -335,7 +307,17 @@ class EnvRuntime:
             result = result.model_copy(update={"closed": True})
         return result
 
+    async def observe(self, session_id: str, role: str | None) -> RoleView:
+        """What `role` of a multi-role session sees now, and whose turn it is."""
+        return await roles.observe(self, session_id, role)
+
+    def role_tools(self) -> dict[str, list[str]]:
+        """A multi-role environment: each role's tool names (GET /roles)."""
+        return roles.role_tools(self.env)
+
     async def _verify_record(self, record: dict[str, Any], request: VerifyRequest) -> VerifyResult:
+        if self.env.roles:
+            roles.check_role(self.env, request.role, component=self.component, field="role")
         state = self.env.State.model_validate(record["state"])
         result = self.env.verify(state, request)
         return await result if "verify" in self.env._async_hooks else result

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from rollgate.core.http import HttpClient, RetryPolicy
-from rollgate.core.schemas import SeedResponse, TaskRow, ToolOutput, VerifyRequest, VerifyResult
+from rollgate.core.schemas import RoleView, SeedResponse, TaskRow, ToolOutput, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import EnvRuntime
 
 
@@ -15,12 +15,15 @@ class EnvClient(Protocol):
     async def tools(self) -> list[dict[str, Any]]: ...
     async def seed(self, task: TaskRow, *, timeout_s: float | None = None) -> SeedResponse: ...
     async def call_tool(
-        self, session_id: str, name: str, arguments: Any, *, timeout_s: float | None = None
+        self, session_id: str, name: str, arguments: Any, *, timeout_s: float | None = None, role: str | None = None
     ) -> ToolOutput: ...
     async def verify(
         self, session_id: str, request: VerifyRequest, *, timeout_s: float | None = None
     ) -> VerifyResult: ...
     async def close(self, session_id: str, *, timeout_s: float | None = None) -> None: ...
+    # a multi-role environment (docs/roles.md): each role's tools, and one role's view of a session
+    async def roles(self) -> dict[str, Any]: ...
+    async def observe(self, session_id: str, role: str, *, timeout_s: float | None = None) -> RoleView: ...
     async def aclose(self) -> None: ...  # the client's own connections, at shutdown
 
 
@@ -37,8 +40,14 @@ class LocalEnvClient:
     async def seed(self, task, *, timeout_s=None) -> SeedResponse:
         return await self.runtime.seed(task)
 
-    async def call_tool(self, session_id, name, arguments, *, timeout_s=None) -> ToolOutput:
-        return await self.runtime.call_tool(session_id, name, arguments)
+    async def call_tool(self, session_id, name, arguments, *, timeout_s=None, role=None) -> ToolOutput:
+        return await self.runtime.call_tool(session_id, name, arguments, role)
+
+    async def roles(self) -> dict[str, Any]:
+        return {"roles": self.runtime.role_tools(), "zero_sum": self.runtime.env.zero_sum}
+
+    async def observe(self, session_id, role, *, timeout_s=None) -> RoleView:
+        return await self.runtime.observe(session_id, role)
 
     async def verify(self, session_id, request, *, timeout_s=None) -> VerifyResult:
         return await self.runtime.verify(session_id, request)
@@ -78,11 +87,17 @@ class HttpEnvClient:
         body = await self.http.request("POST", "/sessions", task.row(), timeout_s=timeout_s)
         return SeedResponse.model_validate(body)
 
-    async def call_tool(self, session_id, name, arguments, *, timeout_s=None) -> ToolOutput:
-        body = await self.http.request(
-            "POST", f"/sessions/{session_id}/tools/{name}", {"arguments": arguments}, timeout_s=timeout_s
-        )
+    async def call_tool(self, session_id, name, arguments, *, timeout_s=None, role=None) -> ToolOutput:
+        payload = {"arguments": arguments} if role is None else {"arguments": arguments, "role": role}
+        body = await self.http.request("POST", f"/sessions/{session_id}/tools/{name}", payload, timeout_s=timeout_s)
         return ToolOutput.model_validate(body)
+
+    async def roles(self) -> dict[str, Any]:
+        return await self.http.request("GET", "/roles", idempotent=True)
+
+    async def observe(self, session_id, role, *, timeout_s=None) -> RoleView:
+        body = await self.http.request("POST", f"/sessions/{session_id}/observe", {"role": role}, timeout_s=timeout_s)
+        return RoleView.model_validate(body)
 
     async def verify(self, session_id, request, *, timeout_s=None) -> VerifyResult:
         body = await self.http.request(

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from rollgate.core.errors import UpstreamError
 from rollgate.core.http import RetryPolicy
 from rollgate.core.replicas import ReplicaSet
-from rollgate.core.schemas import SeedResponse, ToolOutput, VerifyRequest, VerifyResult
+from rollgate.core.schemas import RoleView, SeedResponse, ToolOutput, VerifyRequest, VerifyResult
 from rollgate.resources_servers.client import HttpEnvClient
 
 log = logging.getLogger("rollgate.replicas")
@@ -60,8 +60,14 @@ class ReplicatedEnvClient:
     async def seed(self, task, *, timeout_s=None) -> SeedResponse:
         return await self._each(lambda c: c.seed(task, timeout_s=timeout_s))
 
-    async def call_tool(self, session_id, name, arguments, *, timeout_s=None) -> ToolOutput:
-        return await self._each(lambda c: c.call_tool(session_id, name, arguments, timeout_s=timeout_s))
+    async def call_tool(self, session_id, name, arguments, *, timeout_s=None, role=None) -> ToolOutput:
+        return await self._each(lambda c: c.call_tool(session_id, name, arguments, timeout_s=timeout_s, role=role))
+
+    async def roles(self) -> dict[str, Any]:
+        return await self._each(lambda c: c.roles())
+
+    async def observe(self, session_id, role, *, timeout_s=None) -> RoleView:
+        return await self._each(lambda c: c.observe(session_id, role, timeout_s=timeout_s))
 
     async def verify(self, session_id, request: VerifyRequest, *, timeout_s=None) -> VerifyResult:
         return await self._each(lambda c: c.verify(session_id, request, timeout_s=timeout_s))

@@ -11,6 +11,7 @@ from rollgate.agent_server.captures import CaptureSource, HttpCaptures, StoreCap
 from rollgate.agent_server.plugins import DEFAULT_AGENT, AgentParts, AgentRegistry, AgentSet, Endpoints
 from rollgate.core.metrics import Metrics
 from rollgate.core.settings import Settings
+from rollgate.model_server.client import HttpModelClient
 
 
 def loopback(host: str) -> str:
@@ -55,7 +56,12 @@ def agent_set(
         endpoints=endpoints,
         captures=captures,
     )
-    return AgentSet(parts, AgentRegistry(settings.agents), prebuilt={DEFAULT_AGENT: agent})
+    # the models a role of a multi-role job may name beside the loop's own (docs/roles.md)
+    models = {
+        name: HttpModelClient(url, timeout_s=settings.agent.model_timeout_s, api_key=settings.api_key)
+        for name, url in settings.role_models.items()
+    }
+    return AgentSet(parts, AgentRegistry(settings.agents), prebuilt={DEFAULT_AGENT: agent}, models=models)
 
 
 def local_captures(service: Any) -> CaptureSource | None:

@@ -47,10 +47,30 @@ async def _verify(rt: EnvRuntime, row: dict[str, Any], response: str, calls=()) 
     return reward
 
 
+async def smoke_roles(env, rt: EnvRuntime, row: dict[str, Any]) -> dict[str, bool]:
+    """A multi-role environment (docs/roles.md): the role to move makes one call, then every role
+    gets its own verdict; a zero-sum environment's add up to 0."""
+    seeded = await rt.seed(row)
+    role = seeded.turn
+    assert role in env.roles, (env.name, role)
+    await rt.observe(seeded.session_id, role)
+    schema = next(s for s in rt.tools() if s["name"] == rt.role_tools()[role][0])
+    out = await rt.call_tool(seeded.session_id, schema["name"], _args_from_schema(schema), role)
+    assert isinstance(out.output, str) and (out.done or out.turn in env.roles), env.name
+    rewards = [(await rt.verify(seeded.session_id, {"role": r})).reward for r in env.roles]
+    assert all(math.isfinite(r) for r in rewards), env.name
+    if env.zero_sum:
+        assert abs(sum(rewards)) < 1e-9, (env.name, rewards)
+    await rt.close(seeded.session_id)
+    return {"tool": True, "reference": False}
+
+
 async def smoke(name: str, spec) -> dict[str, bool]:
     env = spec.build()
     rt = EnvRuntime(env, MemorySessionStore())
     row = _one_task(spec)
+    if env.roles:
+        return await smoke_roles(env, rt, row)
     done = {"tool": False, "reference": False}
     sid = (await rt.seed(row)).session_id
     schemas = rt.tools()

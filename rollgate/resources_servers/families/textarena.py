@@ -314,9 +314,12 @@ def generate_tasks(game: str, n: int, seed: int, config: dict[str, Any] | None, 
 
 
 def environments() -> list[EnvSpec]:
+    """The single-player games, and the two-player ones as multi-role environments."""
+    from rollgate.resources_servers.families import textarena_duel  # it builds on this module
+
     reason = None if LIB.installed() else LIB.missing_reason()
     games = Games()  # one position cache for the family
-    return [
+    return textarena_duel.environments(reason) + [
         EnvSpec(
             name=f"{FAMILY}/{game}",
             env_class=TextArenaEnv,
