@@ -36,6 +36,7 @@ DEMO_TRAINED_MIN_TOKENS = 64
 # on a loaded laptop is load, not a hung server, so the demo gives each call this long
 DEMO_NAMED_MIN_TOKENS = 64
 DEMO_NAMED_MODEL_TIMEOUT_S = 600.0
+DEMO_NAMED_TASKS_PER_ENV = 1  # a 135M-parameter model is slow on a CPU: a rollout costs CPU-minutes
 # quick to generate and to score; shown when the `envs` extra is installed
 DEMO_GENERATED_ENVS = ("reasoning_gym/chain_sum", "reasoning_gym/letter_counting", "reasoning_gym/spell_backward")
 
@@ -44,9 +45,9 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tasks-per-env",
         type=int,
-        default=DEFAULT_TASKS_PER_ENV,
+        default=None,
         metavar="N",
-        help=f"example tasks per environment (default {DEFAULT_TASKS_PER_ENV})",
+        help=f"tasks per environment (default {DEFAULT_TASKS_PER_ENV}, {DEMO_NAMED_TASKS_PER_ENV} with --model)",
     )
     p.add_argument("--envs", metavar="A,B", help="environments to run (default: every one with examples)")
     p.add_argument(
@@ -225,7 +226,10 @@ def run(args: argparse.Namespace) -> int:
     home = Path(settings.home) / "demo"
     tasks = home / "tasks.jsonl"
     out = Path(args.out) if args.out else home / "rollouts.jsonl"
-    counts = build_task_file(src, envs, args.tasks_per_env, tasks)
+    per_env = args.tasks_per_env
+    if per_env is None:
+        per_env = DEMO_NAMED_TASKS_PER_ENV if args.model else DEFAULT_TASKS_PER_ENV
+    counts = build_task_file(src, envs, per_env, tasks)
     out.unlink(missing_ok=True)  # a demo always collects afresh
     print(
         f"collecting {sum(counts.values())} rollouts over {', '.join(envs)} on the embedded stack...", file=sys.stderr
