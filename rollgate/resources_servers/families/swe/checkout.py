@@ -97,12 +97,55 @@ def hide_tests(source: str, names: list[list[str]]) -> str:
     return "".join(lines)
 
 
-def visible(files: Files, targets: list[str]) -> Files:
-    """The tree the model sees: the target tests are not in it (not even in the sandbox)."""
+def _class_method(tree: ast.Module, cls: str, method: str) -> tuple[bool, list[str]]:
+    """(whether class `cls` of the module defines `method` itself, the names of its bases)."""
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            own = any(getattr(n, "name", None) == method for n in node.body)
+            bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+            return own, bases
+    return False, []
+
+
+def _definition(project: Project, files: Files, path: str, names: list[str]) -> tuple[str, list[str]] | None:
+    """Where a test's code is written: its own file and chain, or, for a method a test class
+    inherits (a mixin, a base test class), the test file and class that define it."""
+    tree = ast.parse(files[path].decode("utf-8"))
+    if len(names) == 1:
+        found = any(getattr(n, "name", None) == names[0] for n in tree.body)
+        return (path, names) if found else None
+    if len(names) != 2:
+        return None
+    cls, method = names
+    own, bases = _class_method(tree, cls, method)
+    if own:
+        return path, names
+    for base in bases:
+        for other in [path, *sorted(p for p in files if p.endswith(".py") and project.is_test_path(p))]:
+            try:
+                other_tree = ast.parse(files[other].decode("utf-8"))
+            except SyntaxError:
+                continue
+            if _class_method(other_tree, base, method)[0]:
+                return other, [base, method]
+    return None
+
+
+def visible(project: Project, files: Files, targets: list[str]) -> Files:
+    """The tree the model sees: the target tests' code is not in it (not even in the sandbox). An
+    inherited test is cut from the class that defines it, so its siblings there go too (they are
+    still run at verification, from the pristine files)."""
     by_file: dict[str, list[list[str]]] = {}
     for t in targets:
         path, names = split_node_id(t)
-        by_file.setdefault(path, []).append(names)
+        where = _definition(project, files, path, names) if path in files else None
+        if where is None:
+            raise BadRequest(
+                f"target test {t!r}: its definition cannot be found, so it cannot be hidden",
+                component="env:swe",
+                field="target_tests",
+            )
+        by_file.setdefault(where[0], []).append(where[1])
     out = dict(files)
     for path, names in by_file.items():
         out[path] = hide_tests(files[path].decode("utf-8"), names).encode("utf-8")

@@ -106,7 +106,7 @@ class SweEnv(Environment):
             )
         bug = checkout.buggy(self.project, checkout.pristine(root), mutation)
         checkout.check_targets(self.project, bug, targets)
-        return bug, checkout.visible(bug, targets)
+        return bug, checkout.visible(self.project, bug, targets)
 
     async def seed(self, task: TaskRow, rng: random.Random) -> tuple[SweState, str | None]:
         fields = task.env_fields
@@ -204,12 +204,14 @@ class SweEnv(Environment):
         """Search the repository's files for a regular expression (grep -E); prints file:line:text."""
         self._count(state)
         where = repo_path(path, allow_root=True)
-        r = await self._box(state).exec(["grep", "-rnIE", "--exclude-dir=__pycache__", "--", pattern, where])
+        # without a path operand grep searches the working directory and prints paths without "./"
+        argv = ["grep", "-rnIE", "--exclude-dir=__pycache__", "--", pattern, *([] if where == "." else [where])]
+        r = await self._box(state).exec(argv)
         if r.exit_code == 1:
             return "no matches"
         if r.exit_code != 0:
             raise ToolError(f"search failed: {r.stderr.strip()[:500]}")
-        return _tail(r.stdout.replace("./", "", 1) if where == "." else r.stdout)
+        return _tail(r.stdout)
 
     @tool
     async def write_file(self, state: SweState, path: str, content: str) -> str:

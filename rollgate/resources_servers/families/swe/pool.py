@@ -28,17 +28,19 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rollgate.resources_servers.families.swe.checkout import Files, pristine, source_files
+from rollgate.core.errors import BadRequest
+from rollgate.resources_servers.families.swe.checkout import Files, pristine, source_files, visible
 from rollgate.resources_servers.families.swe.mutations import KINDS, Mutation, apply, enumerate_mutations
 from rollgate.resources_servers.families.swe.projects import Project
 from rollgate.resources_servers.families.swe.sources import SourceError, ensure_runner, ensure_source, swe_home
-from rollgate.resources_servers.families.swe.testrun import TestRun, run_pytest
+from rollgate.resources_servers.families.swe.testrun import SuiteRun, run_pytest
 from rollgate.sandbox import SandboxProvider
 
 log = logging.getLogger("rollgate.envs.swe")
 
 POOL_VERSION = 1  # bumped when the engine or the acceptance rule changes: older caches are rebuilt
 MAX_TARGETS = 8
+MAX_SCAN = 400  # candidates validated at most per project version, however few were kept
 
 
 class Task(BaseModel):
@@ -61,7 +63,7 @@ def candidates(project: Project, files: Files) -> list[Mutation]:
     return out
 
 
-def judge(baseline: set[str], run: TestRun) -> list[str] | None:
+def judge(baseline: set[str], run: SuiteRun) -> list[str] | None:
     """The target tests of a candidate run, or None when the candidate is rejected."""
     failed = run.failed & baseline  # a test that never passed says nothing about the mutation
     if not failed or len(failed) > MAX_TARGETS or run.exit_code != 1:
@@ -112,7 +114,7 @@ class PoolBuilder:
         scanned = int(state.get("scanned", 0))
         root = ensure_source(project, self.home)
         files = pristine(root)
-        cands = candidates(project, files)
+        cands = candidates(project, files)[:MAX_SCAN]
         if len(kept) >= count or scanned >= len(cands):
             return kept[:count]
         runner = str(ensure_runner(self.home))
@@ -165,7 +167,7 @@ class PoolBuilder:
         for path, data in files.items():
             await box.write_file(path, data)
 
-    async def _run(self, box, project: Project, runner: str, timeout_s: float | None = None) -> TestRun:
+    async def _run(self, box, project: Project, runner: str, timeout_s: float | None = None) -> SuiteRun:
         python = getattr(self.provider, "python", "python3")
         return await run_pytest(
             box, python=python, runner=runner, python_path=project.python_path, timeout_s=timeout_s or self.timeout_s
@@ -185,5 +187,9 @@ class PoolBuilder:
             await box.write_file(m.path, original)
         targets = judge(base, run)
         if targets is None:
+            return None
+        try:
+            visible(project, files, targets)  # a target the model's copy could not hide is no task
+        except BadRequest:
             return None
         return Task(mutation=m, targets=targets, messages={t: run.messages.get(t, "") for t in targets})

@@ -3,7 +3,7 @@
 A row holds what rebuilds the task (project, version, mutation, target tests and their failure
 messages) plus the prompt; the reference fix (`gold`, the reverse of the mutation as a patch) is
 for oracle checks and never shown to the model. For (n, seed) the rows come from the first
-min(POOL_SIZE, 4n + 8) validated tasks, shuffled by the seed and filtered by split (a task's
+min(POOL_SIZE, 2n + 6) validated tasks, shuffled by the seed and filtered by split (a task's
 split is a function of its mutation), so the same (n, seed) always gives the same rows.
 """
 
@@ -87,7 +87,7 @@ def generate_tasks(name: str, n: int, seed: int, config: dict[str, Any] | None, 
         raise BadRequest(f"{env} takes no config (got keys {sorted(config)})", component="tasks", field="config")
     project = get_project(name)
     home = Settings().home
-    pool = validated(project, min(POOL_SIZE, 4 * n + 8), home)
+    pool = validated(project, min(POOL_SIZE, 2 * n + 6), home)
     from rollgate.resources_servers.families.swe.checkout import pristine
 
     files = pristine(ensure_source(project, home))

@@ -22,7 +22,7 @@ USAGE = 4  # pytest's exit status for a usage error (e.g. a path that does not e
 
 
 @dataclass
-class TestRun:
+class SuiteRun:
     exit_code: int | None
     outcomes: dict[str, str] = field(default_factory=dict)  # node id -> PASSED | FAILED | ERROR | ...
     messages: dict[str, str] = field(default_factory=dict)  # node id -> the short failure message
@@ -77,7 +77,7 @@ async def run_pytest(
     python_path: Sequence[str],
     selectors: Sequence[str] = (),
     timeout_s: float = 120.0,
-) -> TestRun:
+) -> SuiteRun:
     """Every outcome of one quiet run (-rA, no tracebacks). Raises SandboxError when the run was
     stopped or its report was cut: a partial report must never be read as failures."""
     argv = pytest_argv(python, runner, python_path, selectors, "-q", "-rA", "--tb=no")
@@ -85,4 +85,4 @@ async def run_pytest(
     if result.timed_out or result.killed_by or result.stdout_truncated:
         raise SandboxError(f"the test run was stopped or its report cut ({result.summary()})")
     outcomes, messages = parse_outcomes(result.stdout)
-    return TestRun(result.exit_code, outcomes, messages, result)
+    return SuiteRun(result.exit_code, outcomes, messages, result)
