@@ -11,11 +11,14 @@ import tomllib
 from importlib.metadata import EntryPoint
 from pathlib import Path
 
+import httpx
 import pytest
 
 from rollgate.core.errors import BadRequest, NotFound
+from rollgate.core.serving import serve_in_thread
 from rollgate.core.session_store import MemorySessionStore
 from rollgate.core.settings import Settings
+from rollgate.resources_servers.app import create_resources_app
 from rollgate.resources_servers.base import EnvRuntime
 from rollgate.resources_servers.families.swe import checkout
 from rollgate.resources_servers.families.swe.env import SweEnv
@@ -92,6 +95,9 @@ async def test_target_tests_are_not_in_the_models_copy(rt, parse_rows):
         assert f"def {names[-1]}(" not in text
         grep = await rt.call_tool(sid, "shell", {"command": f"grep -rn 'def {names[-1]}(' . ; echo status=$?"})
         assert "status=1" in grep.output, grep.output
+    # of Rollgate's cache the sandbox sees the test runner only: no sources, no validated tasks
+    seen = (await rt.call_tool(sid, "shell", {"command": f"find {rt.env.home} -maxdepth 2"})).output
+    assert f"{rt.env.home}/swe/runner" in seen and "/swe/src" not in seen and "/swe/pools" not in seen
     # the visible tests still run and pass on the buggy code (the bug shows only in the hidden ones)
     out = await rt.call_tool(sid, "run_tests", {"selector": ""})
     assert out.output.startswith("exit code 0"), out.output
@@ -133,6 +139,15 @@ async def test_tools_read_search_write_and_run_inside_the_sandbox(rt, parse_rows
     ).output
     assert not net.startswith("exit code 0")
     await rt.close(sid)
+
+
+async def test_only_the_projects_code_reaches_the_verifier(rt, parse_rows):
+    row = parse_rows[0]
+    rigged = "import sys\nsys.exit(0)\n"  # imported before pytest if it reached the verifier's path
+    result, _ = await play(rt, row, [("write_file", {"path": "sitecustomize.py", "content": rigged})])
+    assert result.reward == 0.0 and result.metrics["ignored_files"] == ["sitecustomize.py"]
+    result, _ = await play(rt, row, [*gold_calls(row), ("write_file", {"path": "NOTES.md", "content": "x"})])
+    assert result.reward == 1.0 and result.metrics["ignored_files"] == ["NOTES.md"]
 
 
 async def test_bad_input_gets_clear_errors(rt, parse_rows):
@@ -263,3 +278,24 @@ async def test_oracle_on_a_sample_of_every_project(swe_home, name):
         edit = ("shell", {"command": f"echo 'def test_stub():\n    pass' >> {path}"})
         cheat, _ = await play(rt, row, [*gold_calls(row), edit])
         assert cheat.reward == 0.0 and path in cheat.metrics["error"]
+
+
+async def test_http_routes_seed_play_verify_and_name_bad_fields(env, parse_rows):
+    row = parse_rows[0]
+    app = create_resources_app(EnvRuntime(env, MemorySessionStore()))
+    with serve_in_thread(app) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=120) as c:
+            assert {t["name"] for t in (await c.get("/tools")).json()} >= {"apply_patch", "run_tests", "shell"}
+            sid = (await c.post("/sessions", json=row)).json()["session_id"]
+            held = len(env._live)
+            patch = row["gold"]["calls"][0]["arguments"]
+            r = await c.post(f"/sessions/{sid}/tools/apply_patch", json={"arguments": patch})
+            assert r.status_code == 200 and "patching file" in r.json()["output"]
+            r = await c.post(f"/sessions/{sid}/tools/read_file", json={"arguments": {"path": "/etc/shadow"}})
+            assert r.status_code == 200 and r.json()["is_error"]
+            body = (await c.post(f"/sessions/{sid}/verify", json={"response": "fixed"})).json()
+            assert body["reward"] == 1.0 and body["metrics"]["resolved"]
+            assert (await c.delete(f"/sessions/{sid}")).status_code in (200, 204)
+            assert len(env._live) == held - 1  # closing the session destroyed its sandbox
+            r = await c.post("/sessions", json={**row, "version": "9.9"})
+            assert r.status_code == 400 and r.json()["error"]["field"] == "version"

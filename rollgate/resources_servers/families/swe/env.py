@@ -268,8 +268,11 @@ class SweEnv(Environment):
                 problem = f"a test file or the test runner's configuration was changed: {', '.join(edited[:10])}"
         if problem is not None:
             return VerifyResult(reward=0.0, reward_components=zero, metrics={"error": problem, "rejected": True})
-        final = {**bug, **{p: d for p, d in changes.items() if d is not None}}
-        for path in [p for p, d in changes.items() if d is None]:
+        # Only the project's code is carried over: a new file elsewhere (a sitecustomize.py at the
+        # root, which the interpreter would import before pytest) never reaches the verifier.
+        carried = {p: d for p, d in changes.items() if self.project.in_sources(p)}
+        final = {**bug, **{p: d for p, d in carried.items() if d is not None}}
+        for path in [p for p, d in carried.items() if d is None]:
             final.pop(path, None)
         box = await self.sandboxes.create()
         try:
@@ -292,7 +295,8 @@ class SweEnv(Environment):
             "targets": len(state.targets),
             "regressions": len(regressions),
             "regressed_tests": regressions[:20],
-            "changed_files": sorted(changes)[:50],
+            "changed_files": sorted(carried)[:50],
+            "ignored_files": sorted(set(changes) - set(carried))[:50],
             "resolved": reward == 1.0,
         }
         return VerifyResult(

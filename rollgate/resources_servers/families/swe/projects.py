@@ -45,12 +45,14 @@ class Project:
             return True
         return any(path == t or path.startswith(t.rstrip("/") + "/") for t in self.tests)
 
+    def in_sources(self, path: str) -> bool:
+        """A file of the project's code (any kind, not a test): what verification carries over."""
+        inside = any(path == s or path.startswith(s.rstrip("/") + "/") for s in self.sources)
+        return inside and not self.is_test_path(path)
+
     def is_source_path(self, path: str) -> bool:
-        return (
-            path.endswith(".py")
-            and not self.is_test_path(path)
-            and any(path == s or path.startswith(s.rstrip("/") + "/") for s in self.sources)
-        )
+        """A Python module of the project's code: where bugs are injected."""
+        return path.endswith(".py") and self.in_sources(path)
 
 
 PROJECTS: dict[str, Project] = {

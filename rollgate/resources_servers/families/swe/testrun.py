@@ -64,8 +64,9 @@ def pythonpath(runner: str, python_path: Sequence[str]) -> str:
 def pytest_argv(
     python: str, runner: str, python_path: Sequence[str], selectors: Sequence[str], *extra: str
 ) -> list[str]:
-    # a wide terminal: the summary's one-line failure messages are not cut at 80 columns
-    env = ["env", f"PYTHONPATH={pythonpath(runner, python_path)}", "COLUMNS=240"]
+    # a wide terminal: the summary's one-line failure messages are not cut at 80 columns; a fixed
+    # hash seed: test ids built from set iteration (isodate's) are the same in every run
+    env = ["env", f"PYTHONPATH={pythonpath(runner, python_path)}", "COLUMNS=240", "PYTHONHASHSEED=0"]
     return [*env, python, "-s", "-m", "pytest", *PYTEST_FLAGS, *extra, "--", *selectors]
 
 
