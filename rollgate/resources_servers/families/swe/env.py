@@ -77,6 +77,7 @@ class SweEnv(Environment):
         provider: SandboxProvider | None = None,
         allow_unisolated: bool = False,
         max_tool_calls: int = 64,
+        max_sessions: int = 256,
         test_timeout_s: float = 120.0,
         metrics: Metrics | None = None,
     ):
@@ -92,6 +93,7 @@ class SweEnv(Environment):
         check_isolation(self.sandboxes, allow_unisolated=allow_unisolated, user=self.name)
         self.python = getattr(self.sandboxes, "python", "python3")
         self.max_tool_calls = max_tool_calls
+        self.max_sessions = max_sessions
         self.test_timeout_s = test_timeout_s
         self._live: dict[str, Sandbox] = {}
 
@@ -143,6 +145,11 @@ class SweEnv(Environment):
             raise
         key = secrets.token_hex(12)
         self._live[key] = box
+        while len(self._live) > self.max_sessions:
+            # sessions that expired in the store never reach close_session: the oldest sandbox goes
+            oldest = next(iter(self._live))
+            log.warning("%s: more than %d live sandboxes; destroying the oldest", self.name, self.max_sessions)
+            await self._live.pop(oldest).destroy()
         state = SweState(project=p.name, version=p.version, mutation=mutation, targets=targets, sandbox=key)
         prompt = None if input_text(task).strip() else issue_text(self.name, targets, fields.get("failures") or {})
         return state, prompt
