@@ -299,3 +299,14 @@ async def test_http_routes_seed_play_verify_and_name_bad_fields(env, parse_rows)
             assert len(env._live) == held - 1  # closing the session destroyed its sandbox
             r = await c.post("/sessions", json={**row, "version": "9.9"})
             assert r.status_code == 400 and r.json()["error"]["field"] == "version"
+
+
+async def test_a_row_without_a_prompt_gets_the_issue_as_first_observation(rt, parse_rows):
+    row = {**parse_rows[0], "responses_create_params": {"input": []}}
+    seeded = await rt.seed(row)
+    assert row["target_tests"][0] in seeded.observation and "fail" in seeded.observation
+    assert row["gold"]["calls"][0]["arguments"]["patch"] not in seeded.observation
+    carried = await rt.seed(parse_rows[0])
+    assert carried.observation is None  # the row carries it
+    for sid in (seeded.session_id, carried.session_id):
+        await rt.close(sid)

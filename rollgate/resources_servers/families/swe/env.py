@@ -151,7 +151,9 @@ class SweEnv(Environment):
             log.warning("%s: more than %d live sandboxes; destroying the oldest", self.name, self.max_sessions)
             await self._live.pop(oldest).destroy()
         state = SweState(project=p.name, version=p.version, mutation=mutation, targets=targets, sandbox=key)
-        prompt = None if input_text(task).strip() else issue_text(self.name, targets, fields.get("failures") or {})
+        failures = fields.get("failures")
+        failures = {str(k): str(v) for k, v in failures.items()} if isinstance(failures, dict) else {}
+        prompt = None if input_text(task).strip() else issue_text(self.name, targets, failures)
         return state, prompt
 
     def _box(self, state: SweState) -> Sandbox:
