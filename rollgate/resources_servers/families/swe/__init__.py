@@ -8,6 +8,7 @@ in a sandbox. Listing the family (`rollgate envs`) touches none of that.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import shutil
 
 from rollgate.resources_servers.registry import EnvSpec
@@ -22,6 +23,8 @@ def environments() -> list[EnvSpec]:
 
     missing = [t for t in ("bwrap", "patch", "grep", "find") if shutil.which(t) is None]
     reason = f"needs {', '.join(missing)} on PATH (apt-get install bubblewrap patch)" if missing else None
+    if reason is None and importlib.util.find_spec("pytest") is None:
+        reason = "pytest is not installed: pip install 'rollgate[swe]'"
     return [
         EnvSpec(
             name=f"{FAMILY}/{name}",

@@ -152,7 +152,7 @@ def ensure_runner(home: str | os.PathLike) -> Path:
             try:
                 dist = metadata.distribution(name)
             except metadata.PackageNotFoundError:
-                raise SourceError("runner", f"{name} is not installed (pip install 'rollgate[dev]')") from None
+                raise SourceError("runner", f"{name} is not installed (pip install 'rollgate[swe]')") from None
             for f in dist.files or []:
                 src = Path(str(f.locate()))
                 if "__pycache__" in f.parts or ".." in f.parts or not src.is_file():
