@@ -179,3 +179,34 @@ def test_the_registry_pins_six_projects_with_tests_apart_from_sources():
     for p in PROJECTS.values():
         assert len(p.sha256) == 64 and p.filename.startswith(p.distribution.replace("-", "_"))
         assert not any(p.is_source_path(t) for t in p.tests) and p.is_test_path("x/conftest.py")
+
+
+def _sdist(tmp_path, name: str, members: dict[str, bytes]) -> Project:
+    import hashlib
+    import io
+    import tarfile
+
+    path = tmp_path / "swe" / "downloads" / f"{name}.tar.gz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        for member, data in members.items():
+            info = tarfile.TarInfo(member)
+            info.size, info.mode = len(data), 0o600
+            tar.addfile(info, io.BytesIO(data))
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    return Project("demo", "demo", "1", f"{name}.tar.gz", sha, "MIT", sources=("demo",), tests=("tests",))
+
+
+def test_a_cached_sdist_is_unpacked_once_readable_by_the_sandbox_and_never_outside_its_folder(tmp_path):
+    from rollgate.resources_servers.families.swe.sources import SourceError, cached_source, ensure_source
+
+    good = _sdist(tmp_path, "demo-1", {"demo-1/demo/__init__.py": b"X = 1\n", "demo-1/tests/test_x.py": b""})
+    assert cached_source(good, tmp_path) is None
+    root = ensure_source(good, tmp_path)
+    assert (root / "demo" / "__init__.py").read_bytes() == b"X = 1\n"
+    assert (root / "demo" / "__init__.py").stat().st_mode & 0o777 == 0o644  # another uid reads it
+    assert cached_source(good, tmp_path) == root
+    evil = _sdist(tmp_path, "evil-1", {"evil-1/ok.py": b"", "elsewhere/x.py": b""})
+    with pytest.raises(SourceError, match="outside") as err:
+        ensure_source(evil, tmp_path)
+    assert err.value.step == "extract" and not (tmp_path / "elsewhere").exists()
