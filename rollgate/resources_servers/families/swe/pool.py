@@ -104,7 +104,7 @@ class PoolBuilder:
         """The first `count` validated tasks (fewer only when the candidates run out)."""
         path = self.path(project)
         with _locked(path):
-            return await self._tasks(project, count, path, progress or (lambda _: None))
+            return await self._tasks(project, count, path, progress or log.info)
 
     async def _tasks(self, project: Project, count: int, path: Path, progress: Callable[[str], None]) -> list[Task]:
         state: dict[str, Any] = {}
