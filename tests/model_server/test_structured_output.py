@@ -413,3 +413,15 @@ async def test_passthrough_forwards_the_format_from_every_dialect():
             with contextlib.suppress(Exception):
                 await service.aclose()
     assert [body["text"]["format"]["schema"] for body in seen] == [SCHEMAS["verdict"]] * 3
+
+
+def test_an_unknown_guide_backend_is_refused_naming_the_setting():
+    from pydantic import ValidationError
+
+    from rollgate.core.settings import ModelSettings
+
+    assert ModelSettings().guide_backend == "native"
+    with pytest.raises(ValidationError, match="guide_backend"):
+        ModelSettings(guide_backend="xgrammar")
+    with pytest.raises(ValueError, match="settings.model.guide_backend"):
+        guide_index("outlines", None, {0})
