@@ -48,6 +48,9 @@ class ModelSettings(BaseModel):
     kv_reuse: bool = True
     kv_cache_mb: float = Field(default=1024.0, ge=0)
     max_context_tokens: int | None = None  # default: the model's own limit
+    # local: structured output's compiler and token masks: "native" (a JSON-schema subset) or
+    # "llguidance" (vLLM's guidance backend, more of JSON Schema: pip install 'rollgate[guides]')
+    guide_backend: Literal["native", "llguidance"] = "native"
     default_max_output_tokens: int = 256
     # vllm: upstream OpenAI-compatible vLLM servers; openai: one Responses endpoint
     upstream_urls: list[str] = Field(default_factory=list)

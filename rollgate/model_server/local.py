@@ -8,7 +8,9 @@ one until the update is done, and stamps later outputs with the new version.
 
 Structured output (`text.format` json_schema / json_object) and a forced `tool_choice` (required,
 or a named function) are enforced by constrained decoding: each such generation gets a guide
-(structured_tokens) that masks the logits of every step.
+(structured_tokens) that masks the logits of every step. `guide_backend` picks the compiler and
+mask engine: "native" (structured.py, the default) or "llguidance" (structured_llg: vLLM's
+guidance backend, more of JSON Schema; the `guides` extra).
 
 Prefix KV reuse (`kv_reuse`, on by default): the engine keeps the KV of prompts and finished
 sequences, up to `kv_cache_mb`, so an episode's next call and the other samples of a group prefill
@@ -28,10 +30,28 @@ from rollgate.model_server.backend import CallContext, SamplingParams
 from rollgate.model_server.engine import Engine, EngineResult
 from rollgate.model_server.output import Generation
 from rollgate.model_server.structured import JsonFormat
-from rollgate.model_server.structured_tokens import Guide, TokenIndex, ToolCallGuide
+from rollgate.model_server.structured_tokens import TokenIndex, ToolCallGuide
 from rollgate.model_server.textstream import IncrementalDetokenizer
 
 log = logging.getLogger("rollgate.model_server.local")
+GUIDE_BACKENDS = ("native", "llguidance")
+
+
+def guide_index(guide_backend: str, tokenizer: Any, eos_ids: set[int]) -> Any:
+    """The structured-output index of one tokenizer: `.constraint(fmt)` compiles a format (a 400 for
+    what it cannot enforce), `.guide(fmt)` starts one generation's guide."""
+    if guide_backend == "native":
+        return TokenIndex(tokenizer, eos_ids)
+    if guide_backend == "llguidance":
+        try:
+            from rollgate.model_server.structured_llg import LlgIndex
+
+            return LlgIndex(tokenizer, eos_ids)
+        except ImportError as exc:
+            raise RuntimeError(
+                "settings.model.guide_backend 'llguidance' needs the llguidance package: pip install 'rollgate[guides]'"
+            ) from exc
+    raise ValueError(f"settings.model.guide_backend: unknown {guide_backend!r}; known: {list(GUIDE_BACKENDS)}")
 
 
 def pick_device(device: str = "auto") -> str:
@@ -57,6 +77,7 @@ class LocalBackend:
         metrics: Metrics | None = None,
         kv_reuse: bool = True,
         kv_cache_mb: float = 1024.0,
+        guide_backend: str = "native",
     ):
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -77,7 +98,10 @@ class LocalBackend:
             kv_cache_bytes=int(kv_cache_mb * 2**20) if kv_reuse else None,
         )
         self.engine.weight_version = weight_version
-        self._token_index: TokenIndex | None = None  # built on the first structured request
+        if guide_backend not in GUIDE_BACKENDS:
+            raise ValueError(f"settings.model.guide_backend: unknown {guide_backend!r}; known: {list(GUIDE_BACKENDS)}")
+        self.guide_backend = guide_backend
+        self._token_index: Any = None  # built on the first structured request
 
     @classmethod
     def from_model(cls, model, tokenizer, *, weight_version: str | None = None, **kwargs: Any) -> LocalBackend:
@@ -130,15 +154,15 @@ class LocalBackend:
         """Compile the format for this tokenizer now: a 400 before any generation starts."""
         self._index().constraint(fmt)
 
-    def _index(self) -> TokenIndex:
+    def _index(self) -> Any:
         if self._token_index is None:
-            self._token_index = TokenIndex(self.tokenizer, self.engine.eos_ids)
+            self._token_index = guide_index(self.guide_backend, self.tokenizer, self.engine.eos_ids)
         return self._token_index
 
-    def _guide(self, params: SamplingParams) -> Guide | ToolCallGuide | None:
+    def _guide(self, params: SamplingParams) -> Any:
         if params.tool_call is not None:
             tc = params.tool_call
-            return ToolCallGuide(self._index().constraint(tc.body), tc.prefix_ids, tc.suffix_ids)
+            return ToolCallGuide(self._index().guide(tc.body), tc.prefix_ids, tc.suffix_ids)
         if params.json_format is not None:
             return self._index().guide(params.json_format)
         return None

@@ -38,6 +38,7 @@ def build_backend(settings: Settings, metrics: Metrics | None = None):
             metrics=metrics,
             kv_reuse=m.kv_reuse,
             kv_cache_mb=m.kv_cache_mb,
+            guide_backend=m.guide_backend,
         )
     if m.backend == "scripted":
         from rollgate.model_server.scripted import ScriptedBackend

@@ -175,6 +175,7 @@ class Guide:
 
     def __init__(self, constraint: Constraint):
         self.constraint = constraint
+        self.eos_ids = constraint.index.eos_ids
         self.state = constraint.automaton.start
 
     def constrain(self, logits: torch.Tensor) -> torch.Tensor:
@@ -190,17 +191,23 @@ class Guide:
         self.state = self.constraint.walk(self.state, token)
 
     @property
+    def ended(self) -> bool:
+        """After the end of turn (or a token the constraint refused)."""
+        return self.state < 0
+
+    @property
     def complete(self) -> bool:
         return self.state >= 0 and self.constraint.automaton.accepting[self.state]
 
 
 class ToolCallGuide:
     """A forced tool call (toolcalls.ToolCallConstraint): the prefix ids one by one, then the call's
-    JSON document, then the suffix ids, then the end of turn. Each forced token is the only one
-    allowed, so its log-prob under the constrained distribution is 0."""
+    JSON document (`document`: a fresh Guide, or structured_llg.LlgGuide), then the suffix ids, then
+    the end of turn. Each forced token is the only one allowed, so its log-prob under the
+    constrained distribution is 0."""
 
-    def __init__(self, constraint: Constraint, prefix: tuple[int, ...], suffix: tuple[int, ...]):
-        self.json = Guide(constraint)
+    def __init__(self, document: Any, prefix: tuple[int, ...], suffix: tuple[int, ...]):
+        self.json = document
         self.forced = list(prefix)  # ids still to force before the document
         self.suffix = list(suffix)
         self.in_document = not self.forced
@@ -218,7 +225,7 @@ class ToolCallGuide:
     def constrain(self, logits: torch.Tensor) -> torch.Tensor:
         vocab, device = logits.shape[-1], logits.device
         if not self.in_document:
-            nxt = self.forced[:1] or self.json.constraint.index.eos_ids
+            nxt = self.forced[:1] or self.json.eos_ids
             return logits.masked_fill(self._only(nxt, vocab, device), float("-inf"))
         if self.json.complete and self.suffix:
             # the document is whole (nothing can follow its closing brace): the suffix comes next
@@ -229,7 +236,7 @@ class ToolCallGuide:
         if not self.in_document:
             if self.forced:
                 self.forced.pop(0)
-                self.in_document = not self.forced and self.json.state >= 0 and not self.json.complete
+                self.in_document = not self.forced and not self.json.ended and not self.json.complete
             return
         if self.json.complete:  # the first suffix token: force the rest, then the end of turn
             self.forced, self.suffix, self.in_document = self.suffix[1:], [], False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from rollgate.core.metrics import Metrics
@@ -16,17 +18,37 @@ CALC_TOOL = {
 }
 
 
-@pytest.fixture(scope="module")
-def local_stack(tiny_model_dir):
-    """(service, backend, metrics) over the tiny model; one engine per test module."""
+# The structured-output guides a local backend can use (settings.model.guide_backend); the
+# structured-output and tool_choice tests run on each one installed.
+GUIDE_BACKENDS = [
+    "native",
+    pytest.param(
+        "llguidance",
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("llguidance") is None, reason="llguidance not installed (rollgate[guides])"
+        ),
+    ),
+]
+
+
+def serve_local(tiny_model_dir, guide_backend: str = "native"):
+    """(service, backend, metrics) over the tiny model, closed when the generator ends."""
     from rollgate.model_server.local import LocalBackend
     from rollgate.model_server.service import ModelService
 
     metrics = Metrics()
-    backend = LocalBackend.from_pretrained(tiny_model_dir, device=TEST_DEVICE, metrics=metrics, weight_version="w0")
+    backend = LocalBackend.from_pretrained(
+        tiny_model_dir, device=TEST_DEVICE, metrics=metrics, weight_version="w0", guide_backend=guide_backend
+    )
     service = ModelService(backend, served_name="rollgate-tiny", metrics=metrics)
     yield service, backend, metrics
     backend.engine.close()
+
+
+@pytest.fixture(scope="module")
+def local_stack(tiny_model_dir):
+    """(service, backend, metrics) over the tiny model; one engine per test module."""
+    yield from serve_local(tiny_model_dir)
 
 
 @pytest.fixture(scope="module")

@@ -22,12 +22,12 @@ from pydantic import BaseModel, Field
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollgate.core.serving import serve_in_thread
+from rollgate.model_server.local import guide_index
 from rollgate.model_server.passthrough import OpenAIPassthrough
 from rollgate.model_server.service import ModelService
 from rollgate.model_server.structured import responses_format
-from rollgate.model_server.structured_tokens import TokenIndex
 from rollgate.model_server.vllm import VllmBackend
-from tests.model_server.conftest import CALC_TOOL
+from tests.model_server.conftest import CALC_TOOL, GUIDE_BACKENDS, serve_local
 from tests.model_server.test_vllm_backend import fake_vllm
 
 MODEL = "rollgate-tiny"
@@ -54,6 +54,22 @@ SCHEMAS = {
     "numbers": {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
 }
 PATTERN = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]+$"}}, "required": ["code"]}
+NOT = {"type": "object", "properties": {"code": {"type": "string", "not": {"const": "A"}}}, "required": ["code"]}
+# a schema each guide cannot enforce, and the keyword its 400 names
+UNENFORCEABLE = {"native": (PATTERN, "pattern"), "llguidance": (NOT, "not")}
+# what llguidance enforces beyond the native subset (vLLM's guidance backend compiles the same)
+WIDER = {
+    "type": "object",
+    "properties": {
+        "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]$"},
+        "n": {"type": "integer", "minimum": 3, "exclusiveMaximum": 9, "multipleOf": 2},
+        "pair": {"type": "array", "prefixItems": [{"type": "boolean"}, {"enum": ["x", "y"]}], "items": False},
+        "choice": {"oneOf": [{"type": "null"}, {"type": "string", "maxLength": 4}]},
+        "extra": {"type": "object", "patternProperties": {"^k[0-9]$": {"type": "boolean"}}, "maxProperties": 2},
+    },
+    "required": ["code", "n", "pair", "choice"],
+    "additionalProperties": False,
+}
 
 
 class Owner(BaseModel):
@@ -64,6 +80,12 @@ class Pet(BaseModel):  # nested models: the SDK's strict schema uses $defs and $
     kind: str = Field(max_length=8)
     owner: Owner
     legs: int
+
+
+@pytest.fixture(scope="module", params=GUIDE_BACKENDS)
+def local_stack(request, tiny_model_dir):
+    """The local stack once per structured-output guide (conftest.GUIDE_BACKENDS)."""
+    yield from serve_local(tiny_model_dir, request.param)
 
 
 def _fmt(name: str, schema: dict | None = None) -> dict:
@@ -188,7 +210,8 @@ def test_log_probs_are_those_of_the_constrained_distribution(url, local_stack, t
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     with torch.inference_mode():
         logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
-    guide = TokenIndex(backend.tokenizer, backend.engine.eos_ids).guide(responses_format(body["text"]))
+    index = guide_index(backend.guide_backend, backend.tokenizer, backend.engine.eos_ids)
+    guide = index.guide(responses_format(body["text"]))
     constrained, plain = [], []
     for step, tok in enumerate(ids):
         constrained.append(float(torch.log_softmax(guide.constrain(logits[step]) / 0.7, -1)[tok]))
@@ -231,25 +254,26 @@ def test_previous_response_id_continues_with_a_format(url):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_unenforceable_schemas_and_combinations_are_400s_naming_the_field(url, stream):
+def test_unenforceable_schemas_and_combinations_are_400s_naming_the_field(url, local_stack, stream):
+    schema, keyword = UNENFORCEABLE[local_stack[1].guide_backend]
     cases = [
-        ("/v1/responses", {"input": "x", "text": _fmt("p", PATTERN)}, "text.format.schema.properties.code.pattern"),
+        ("/v1/responses", {"input": "x", "text": _fmt("p", schema)}, f"text.format.schema.properties.code.{keyword}"),
         (
             "/v1/chat/completions",
             {
                 "messages": [{"role": "user", "content": "x"}],
-                "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": PATTERN}},
+                "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}},
             },
-            "response_format.json_schema.schema.properties.code.pattern",
+            f"response_format.json_schema.schema.properties.code.{keyword}",
         ),
         (
             "/v1/messages",
             {
                 "max_tokens": 8,
                 "messages": [{"role": "user", "content": "x"}],
-                "output_config": {"format": {"type": "json_schema", "schema": PATTERN}},
+                "output_config": {"format": {"type": "json_schema", "schema": schema}},
             },
-            "output_config.format.schema.properties.code.pattern",
+            f"output_config.format.schema.properties.code.{keyword}",
         ),
         ("/v1/responses", {"input": "x", "text": {"format": {"type": "yaml"}}}, "text.format.type"),
         ("/v1/responses", {"input": "x", "text": _fmt("verdict"), "tools": [CALC_TOOL]}, "text.format"),
@@ -265,11 +289,30 @@ def test_unenforceable_schemas_and_combinations_are_400s_naming_the_field(url, s
         assert resp.json()["error"]["field"] == field
 
 
-def test_sdk_sees_a_bad_request_for_an_unsupported_keyword(url):
+def test_sdk_sees_a_bad_request_for_an_unsupported_keyword(url, local_stack):
+    schema, keyword = UNENFORCEABLE[local_stack[1].guide_backend]
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
-    with pytest.raises(openai.BadRequestError, match="pattern") as err:
-        client.responses.create(model=MODEL, input="x", text=_fmt("p", PATTERN), max_output_tokens=8)
-    assert err.value.body["field"] == "text.format.schema.properties.code.pattern"
+    with pytest.raises(openai.BadRequestError, match=keyword) as err:
+        client.responses.create(model=MODEL, input="x", text=_fmt("p", schema), max_output_tokens=8)
+    assert err.value.body["field"] == f"text.format.schema.properties.code.{keyword}"
+
+
+async def test_llguidance_enforces_keywords_beyond_the_native_subset(url, local_stack):
+    if local_stack[1].guide_backend != "llguidance":
+        pytest.skip("the native guide refuses these keywords (test_unenforceable_schemas_...)")
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    answers = await asyncio.gather(
+        *(
+            client.responses.create(
+                model=MODEL, input="JSON.", text=_fmt("w", WIDER), max_output_tokens=MAX_TOKENS, extra_body={"seed": s}
+            )
+            for s in range(4)
+        )
+    )
+    checker = jsonschema.Draft202012Validator(WIDER, format_checker=jsonschema.FormatChecker())
+    for resp in answers:
+        assert resp.status == "completed", resp.output_text
+        checker.validate(json.loads(resp.output_text))
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -370,3 +413,15 @@ async def test_passthrough_forwards_the_format_from_every_dialect():
             with contextlib.suppress(Exception):
                 await service.aclose()
     assert [body["text"]["format"]["schema"] for body in seen] == [SCHEMAS["verdict"]] * 3
+
+
+def test_an_unknown_guide_backend_is_refused_naming_the_setting():
+    from pydantic import ValidationError
+
+    from rollgate.core.settings import ModelSettings
+
+    assert ModelSettings().guide_backend == "native"
+    with pytest.raises(ValidationError, match="guide_backend"):
+        ModelSettings(guide_backend="xgrammar")
+    with pytest.raises(ValueError, match="settings.model.guide_backend"):
+        guide_index("outlines", None, {0})

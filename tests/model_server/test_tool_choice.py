@@ -12,7 +12,7 @@ import jsonschema
 import openai
 import pytest
 
-from tests.model_server.conftest import CALC_TOOL
+from tests.model_server.conftest import CALC_TOOL, GUIDE_BACKENDS, serve_local
 
 MODEL = "rollgate-tiny"
 SEEDS = (0, 1, 2)
@@ -30,6 +30,14 @@ TOOLS = [CALC_TOOL, WEATHER_TOOL]
 SCHEMAS = {t["name"]: t["parameters"] for t in TOOLS}
 CHAT_TOOLS = [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in TOOLS]
 MESSAGES_TOOLS = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]} for t in TOOLS]
+# a keyword each guide cannot enforce: the native one compiles no pattern, llguidance no `not`
+UNENFORCEABLE = {"native": ("pattern", "a+"), "llguidance": ("not", {"const": "a"})}
+
+
+@pytest.fixture(scope="module", params=GUIDE_BACKENDS)
+def local_stack(request, tiny_model_dir):
+    """The local stack once per structured-output guide (conftest.GUIDE_BACKENDS)."""
+    yield from serve_local(tiny_model_dir, request.param)
 
 
 def _openai(url: str) -> openai.OpenAI:
@@ -230,11 +238,12 @@ def test_a_backend_without_constrained_decoding_refuses_a_forced_choice(scripted
     assert _field_of(info.value) == "tool_choice" and "cannot enforce" in str(info.value)
 
 
-def test_a_tool_schema_that_cannot_be_enforced_names_its_keyword(url):
-    tool = {**CALC_TOOL, "parameters": {"type": "object", "properties": {"x": {"type": "string", "pattern": "a+"}}}}
+def test_a_tool_schema_that_cannot_be_enforced_names_its_keyword(url, local_stack):
+    keyword, value = UNENFORCEABLE[local_stack[1].guide_backend]
+    tool = {**CALC_TOOL, "parameters": {"type": "object", "properties": {"x": {"type": "string", keyword: value}}}}
     with pytest.raises(openai.BadRequestError) as info:
         _openai(url).responses.create(model=MODEL, input="Hi", tools=[tool], tool_choice="required")
-    assert _field_of(info.value) == "tools[0].parameters.properties.x.pattern"
+    assert _field_of(info.value) == f"tools[0].parameters.properties.x.{keyword}"
 
 
 def test_chat_stream_with_a_named_function_streams_that_call(url):
