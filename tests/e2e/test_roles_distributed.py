@@ -24,6 +24,8 @@ from rollgate.resources_servers.app import create_resources_app
 from rollgate.resources_servers.base import EnvRuntime
 from rollgate.resources_servers.envs.solve_grade import SolveGradeEnv
 
+# served under a name of no installed environment, so the gateway knows it only by its URL
+REMOTE = "solve_grade_by_url"
 ROW = {"responses_create_params": {"input": "Solve, then grade."}, "question": "6 * 7?", "answer": 42}
 
 
@@ -44,7 +46,7 @@ def gateway_url(redis_url, tiny_model_dir):
         settings = Settings(
             redis_url=redis_url,
             model_url=model_url,
-            env_urls={"solve_grade": [env_url]},
+            env_urls={REMOTE: [env_url]},
             gateway={"auth": False, "ui": False, "queue_prefix": f"rgtest:{uuid.uuid4().hex[:12]}:q"},
             agent={"concurrency": 4},
         )
@@ -69,7 +71,7 @@ def test_solver_and_grader_run_through_the_gateway_and_a_remote_worker(gateway_u
         "solver": {"metadata": script("submit", answer="42"), "policy_version": "solver-3"},
         "grader": {"metadata": script("grade", correct=False), "instructions": "You are a strict grader."},
     }
-    lines = run_job(gateway_url, {"tasks": [ROW], "env": "solve_grade", "roles": roles, "repeats": 2})
+    lines = run_job(gateway_url, {"tasks": [ROW], "env": REMOTE, "roles": roles, "repeats": 2})
     episodes = [EpisodeRecord.model_validate(x["record"]) for x in lines if x["type"] == "episode"]
     assert len(episodes) == 2 and lines[-1]["type"] == "end"
     for e in episodes:
@@ -85,6 +87,6 @@ def test_solver_and_grader_run_through_the_gateway_and_a_remote_worker(gateway_u
 
 
 def test_a_mapping_the_gateway_could_not_check_is_refused_by_the_worker_naming_the_role(gateway_url):
-    lines = run_job(gateway_url, {"tasks": [ROW], "env": "solve_grade", "roles": {"solver": {}}})
+    lines = run_job(gateway_url, {"tasks": [ROW], "env": REMOTE, "roles": {"solver": {}}})
     [failure] = [FailureRecord.model_validate(x["record"]) for x in lines if x["type"] == "failure"]
     assert failure.error.field == "roles.grader" and "solver, grader" in failure.error.message
