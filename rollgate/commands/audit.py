@@ -31,7 +31,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", action="append", default=[], metavar="NAME", help="run only these probes (repeatable)")
     p.add_argument("--n", type=int, default=8, metavar="N", help="tasks per environment (default 8)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the tasks and intervals (default 0)")
-    p.add_argument("--out", metavar="DIR", help="write report.json and report.md here")
+    p.add_argument("--out", metavar="DIR", help="write report.json, report.md and report.html here")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.add_argument("--max-turns", type=int, default=16, metavar="N", help="turns per episode (default 16)")
     p.add_argument(
@@ -73,6 +73,7 @@ def _audit(args: argparse.Namespace) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from rollgate.core import jsonutil
     from rollgate.evaluation.audit.report import markdown, summary
+    from rollgate.evaluation.audit.report_html import html_page
     from rollgate.evaluation.audit.run import AuditOptions, run_audit, stack_settings
     from rollgate.evaluation.audit.verdict import load_allowlist
     from rollgate.evaluation.sources import StackSource
@@ -104,7 +105,8 @@ def _audit(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_bytes(jsonutil.dumps(report))
         (out / "report.md").write_text(markdown(report))
-        print(f"report: {out / 'report.json'}  {out / 'report.md'}", file=sys.stderr)
+        (out / "report.html").write_text(html_page(report))
+        print(f"report: {out / 'report.json'}  {out / 'report.md'}  {out / 'report.html'}", file=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=1, default=str))
     else:
