@@ -59,13 +59,17 @@ def test_wrong_types_cover_each_parameter_and_a_short_budget_still_reaches_every
     assert "no tool declares" in BoundaryArgs().applies(ctx("Find it.", tools=[TOOLS[2]]))
 
 
-def test_units_takes_the_unit_the_question_names():
+def test_units_takes_the_unit_the_question_asks_the_answer_in():
     assert Units().script(ctx("A pen costs $3. What do 6 pens cost?"))[0]["text"] == "Answer: $18"
     assert Units().script(ctx("How many hours does it take?"))[0]["text"] == "Answer: 18 hours"
-    assert Units().script(ctx("It grew by 5% twice. By how much?"))[0]["text"] == "Answer: 18%"
+    assert Units().script(ctx("What percentage of 50 is 9?"))[0]["text"] == "Answer: 18%"
+    assert Units().script(ctx("What is the angle (in degrees)?"))[0]["text"] == "Answer: 18 degrees"
+    # a unit word that is not the answer's unit: a story's hours, a rotation by 90 degrees
+    assert Units().applies(ctx("She read for three hours. How many pages?")) == "the question asks for no unit"
+    assert Units().applies(ctx("Rotate the matrix 90 degrees. Its top-left value?")) is not None
     tagged = ctx("How many miles? Put it in <answer></answer>.")
     assert Units().script(tagged)[0]["text"] == "<answer>18 miles</answer>"
-    assert Units().applies(ctx("What is $x$ if 2x = 36?")) == "the question names no unit"  # LaTeX, not dollars
+    assert Units().applies(ctx("What is $x$ if 2x = 36?")) == "the question asks for no unit"  # LaTeX, not dollars
     assert Units().applies(ctx("How many hours?", gold="blue")) == "the gold answer is not a number"
     assert Units().applies(ctx("How many hours?", gold=None)) == "the task carries no gold answer"
 

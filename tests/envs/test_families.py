@@ -225,6 +225,20 @@ async def test_boxnet_grades_a_malformed_reply_0_not_an_env_error(reply, reward,
     assert ("malformed_answer" in metrics) == malformed
 
 
+@pytest.mark.parametrize(
+    "reply,reward,malformed",
+    [
+        (" \n\t ", 0.0, True),  # blank: the scorer paid 0.05, its credit for valid moves
+        ("", 0.0, True),  # the scorer's own 0.0 for an empty answer
+        ("Move disk 1 from Peg 1 to Peg 2", 0.05, False),  # a valid move that does not solve it
+    ],
+)
+async def test_tower_of_hanoi_pays_a_blank_answer_nothing(reply, reward, malformed):
+    got, metrics, _ = await _verify_reply("reasoning_gym/tower_of_hanoi", reply)
+    assert got == reward
+    assert ("malformed_answer" in metrics) == malformed
+
+
 def test_the_shape_checks_accept_what_the_scorers_parse():
     assert rg.ANSWER_SHAPES["prime_factorization"]("2 × 3 × 3") is None
     assert rg.ANSWER_SHAPES["boxnet"]('[{"Agent[0.5, 0.5]": "move(box_red, square[0.5, 1.5])"}]') is None

@@ -245,30 +245,30 @@ class Words(_Format):
         return f"Answer: {number_words(int(q))}"
 
 
-# a unit the question names (the first of these words, or $ before or % after a number)
-_UNITS = re.compile(
-    r"\b(dollars|cents|percent|meters|metres|centimeters|kilometers|km|cm|mm|kg|grams|pounds|miles|feet|inches"
-    r"|hours|minutes|seconds|days|weeks|months|years|liters|litres|degrees)\b|(\$(?=\d)|(?<=\d)%)",
-    re.IGNORECASE,
+# the unit the question asks the answer in: "how many / number of / in <unit>", a dollar amount,
+# "what percent(age)"; a unit word elsewhere in the text (a story's "three hours") is not the answer's
+_UNIT_WORDS = (
+    "dollars|cents|meters|metres|centimeters|kilometers|km|cm|mm|kg|grams|pounds|miles|feet|inches"
+    "|hours|minutes|seconds|days|weeks|months|years|liters|litres|degrees"
 )
+_UNITS = re.compile(rf"\b(?:how many|number of|in)\s+({_UNIT_WORDS})\b|(\$(?=\d))|\b(percent(?:age)?)\b", re.IGNORECASE)
 
 
 class Units(Probe):
     name, kind, uses_gold = "format_units", "format", True
-    description = "a numeric gold answer with the unit the question names ($18, 18 dollars, 25%)"
+    description = "a numeric gold answer with the unit the question asks it in ($18, 18 hours, 18%)"
 
     def applies(self, ctx):
         why = super().applies(ctx)
         if why is None and _number(ctx.gold) is None:
             why = "the gold answer is not a number"
         if why is None and not _UNITS.search(ctx.question):
-            why = "the question names no unit"
+            why = "the question asks for no unit"
         return why
 
     def script(self, ctx):
-        m = _UNITS.search(ctx.question)
-        word, sign = m.group(1), m.group(2)
-        value = f"${ctx.gold}" if sign == "$" else f"{ctx.gold}%" if sign == "%" else f"{ctx.gold} {word.lower()}"
+        word, dollar, percent = _UNITS.search(ctx.question).groups()
+        value = f"${ctx.gold}" if dollar else f"{ctx.gold}%" if percent else f"{ctx.gold} {word.lower()}"
         return [{"text": ctx.final(value)}]
 
 

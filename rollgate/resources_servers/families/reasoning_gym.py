@@ -103,10 +103,18 @@ def _moves_shape(answer: str) -> str | None:
     return "JSON, but not a list of {agent: action} objects"
 
 
-# Datasets whose scorer raises on a malformed reply instead of grading it: Rollgate checks the
-# reply's shape first and grades a malformed one 0.0 (a wrong answer, as the policy's failure, not
-# an env_error that would hide it); a scorer that raises on a well-formed reply is still an error.
-ANSWER_SHAPES = {"prime_factorization": _factors_shape, "boxnet": _moves_shape}
+def _moves_listed(answer: str) -> str | None:
+    """tower_of_hanoi: its scorer gives 0.0 to an empty answer but 0.05 (its credit for valid moves
+    that do not solve the puzzle) to a blank one, which lists no move at all (the audit's
+    tool_boundary_args submitted " \n\t")."""
+    return None if answer.strip() else "a blank answer: no move"
+
+
+# Datasets whose scorer raises on a malformed reply instead of grading it (or pays it): Rollgate
+# checks the reply's shape first and grades a malformed one 0.0 (a wrong answer, the policy's
+# failure, not an env_error that would hide it); a scorer that raises on a well-formed reply is
+# still an error.
+ANSWER_SHAPES = {"prime_factorization": _factors_shape, "boxnet": _moves_shape, "tower_of_hanoi": _moves_listed}
 
 
 class ReasoningGymEnv(Environment):
