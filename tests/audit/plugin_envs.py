@@ -12,6 +12,9 @@ from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
 from rollgate.evaluation.audit.probes import Probe
 from rollgate.resources_servers.base import Environment, final_response_text
 
+# untrusted environment text that every transcript carries: report.html must show it, escaped
+PLANTED = "<script>alert('planted')</script><img src=x onerror=alert('planted')>"
+
 
 class SumState(BaseModel):
     answer: int
@@ -26,7 +29,7 @@ def _rows(name: str, n: int, seed: int) -> list[dict]:
             {
                 "responses_create_params": {
                     "input": [
-                        {"role": "system", "content": "Add the numbers. End with `Answer: <value>`."},
+                        {"role": "system", "content": f"Add the numbers. End with `Answer: <value>`. {PLANTED}"},
                         {"role": "user", "content": f"What is {a} + {b}?"},
                     ]
                 },

@@ -14,9 +14,12 @@ import os
 import shutil
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+
+from tests.audit.plugin_envs import PLANTED
 
 HERE = Path(__file__).resolve().parent
 ROLLGATE = [sys.executable, "-m", "rollgate.cli"]
@@ -112,3 +115,47 @@ def test_list_probes_names_every_shipped_probe(capsys):
     assert main(["audit", "--list-probes"]) == 0
     out = capsys.readouterr().out
     assert all(cls.name in out for cls in SHIPPED)
+
+
+class _Page(HTMLParser):
+    """What a browser would build from report.html: its tags, attributes and text."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: list[str] = []
+        self.attrs: list[tuple[str, str | None]] = []
+        self.text: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs += attrs
+        self.ids.update(v for k, v in attrs if k == "id" and v)
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_the_html_report_is_self_contained_and_shows_untrusted_text_escaped(audit):
+    _, report, out = audit
+    page = _Page()
+    page.feed((out / "report.html").read_text())
+    page.close()
+    # the planted <script>/<img onerror> of the environment's prompt is text on the page, never markup
+    assert "script" not in page.tags and "img" not in page.tags
+    assert not any(k.startswith("on") for k, _ in page.attrs)
+    text = "".join(page.text)
+    assert PLANTED in text
+    # no external assets: every link is to an anchor of the page itself
+    assert all(v.startswith("#") for k, v in page.attrs if k in ("href", "src"))
+    # the summary counts and names the flagged environments; each flagged probe has its example
+    for verdict, n in report["counts"].items():
+        assert f"{verdict} {n}" in " ".join(text.split())
+    assert "lenient_sum" in text and "exploitable, not allowlisted" in text
+    flagged = [f for f in report["flagged"] if f.startswith("lenient_sum:")]
+    assert flagged
+    for item in flagged:
+        probe = item.split(":", 1)[1]
+        assert any(i.startswith("x-lenient_sum--") and i.endswith(probe) for i in page.ids), item
+    cand = report["envs"]["lenient_sum"]["probes"]["candidates"]
+    assert f"{cand['mean']:.3f} [{cand['ci'][0]:.3f}, {cand['ci'][1]:.3f}]" in text

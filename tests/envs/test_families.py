@@ -4,6 +4,7 @@ bad input named by field, library failures as env errors, replayed games, lazy i
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import subprocess
 import sys
@@ -158,20 +159,89 @@ def test_rollgate_tasks_reports_a_bad_config_naming_the_field(tmp_path, capsys):
     )
 
 
-async def test_a_scorer_that_raises_ends_the_episode_as_env_error_naming_the_dataset(tmp_path):
+async def test_a_scorer_that_raises_on_a_well_formed_reply_ends_the_episode_as_env_error(tmp_path):
     from rollgate.stack.parts import local_stack
 
-    env = "reasoning_gym/prime_factorization"
+    env = "reasoning_gym/boxnet"
     settings = Settings(home=str(tmp_path), envs=[env], model=ModelSettings(backend="scripted"))
     stack = local_stack(settings)
+    # a well-formed reply (an empty list of moves) on a grid without boxes: the scorer divides by
+    # the number of boxes, 0; a scorer failing on a reply of the shape it asks for stays an error
+    script = json.dumps([{"text": "<answer>[]</answer>"}])
+    row = {
+        "env": env,
+        "responses_create_params": {"input": [], "metadata": {"rollgate_script": script}},
+        "entry": {"question": "Move the boxes.", "answer": "[]", "metadata": {"initial_state": {"0.5_0.5": []}}},
+    }
     try:
-        row = default_registry().get(env).tasks(1, 0, None, "train")[0]
-        # the scripted model calls submit_answer with a placeholder string: int() of it raises
         traj = await stack.agent.run(parse_row(row))
     finally:
         await stack.aclose()
     assert traj.outcome.value == "env_error" and traj.reward is None
-    assert env in traj.error.message and "score_answer" in traj.error.message
+    assert env in traj.error.message and "ZeroDivisionError" in traj.error.message
+
+
+async def _verify_reply(env: str, reply: str) -> tuple[float, dict, str]:
+    rt = EnvRuntime(load_env(env), MemorySessionStore())
+    row = default_registry().get(env).tasks(1, 0, None, "train")[0]
+    sid = (await rt.seed(row)).session_id
+    truth = load_env(env).reference_answer(rg.RGState(**await rt.state(sid)))
+    result = await rt.verify(sid, {"response": f"<answer>{reply}</answer>"})
+    return result.reward, result.metrics, truth
+
+
+@pytest.mark.parametrize(
+    "reply,reward,malformed",
+    [
+        ("I don't know.", 0.0, True),  # the scorer raised ValueError (int("I don't know.")): env_error
+        ("2 × three", 0.0, True),
+        ("", 0.01, False),  # no factor: the scorer's own grade of a wrong answer
+        ("1", 0.01, False),
+        (None, 1.0, False),  # the gold answer
+    ],
+)
+async def test_prime_factorization_grades_a_malformed_reply_0_not_an_env_error(reply, reward, malformed):
+    env = "reasoning_gym/prime_factorization"
+    if reply is None:
+        _, _, reply = await _verify_reply(env, "1")
+    got, metrics, _ = await _verify_reply(env, reply)
+    assert got == reward
+    assert ("malformed_answer" in metrics) == malformed
+
+
+@pytest.mark.parametrize(
+    "reply,reward,malformed",
+    [
+        ("42", 0.0, True),  # JSON, not a list: the scorer raised TypeError ('int' object is not iterable)
+        ('{"Agent[0.5, 0.5]": "move(box_red, target_red)"}', 0.0, True),  # an object: AttributeError
+        ('[{"Agent[0.5, 0.5]": 3}]', 0.0, True),  # a move that is not a string: TypeError in re.match
+        ("I don't know.", 0.0, False),  # not JSON: the scorer's own 0.0
+        ("[]", 0.05, False),  # well-formed, no move: the scorer's own minimum
+    ],
+)
+async def test_boxnet_grades_a_malformed_reply_0_not_an_env_error(reply, reward, malformed):
+    got, metrics, _ = await _verify_reply("reasoning_gym/boxnet", reply)
+    assert got == reward
+    assert ("malformed_answer" in metrics) == malformed
+
+
+@pytest.mark.parametrize(
+    "reply,reward,malformed",
+    [
+        (" \n\t ", 0.0, True),  # blank: the scorer paid 0.05, its credit for valid moves
+        ("", 0.0, True),  # the scorer's own 0.0 for an empty answer
+        ("Move disk 1 from Peg 1 to Peg 2", 0.05, False),  # a valid move that does not solve it
+    ],
+)
+async def test_tower_of_hanoi_pays_a_blank_answer_nothing(reply, reward, malformed):
+    got, metrics, _ = await _verify_reply("reasoning_gym/tower_of_hanoi", reply)
+    assert got == reward
+    assert ("malformed_answer" in metrics) == malformed
+
+
+def test_the_shape_checks_accept_what_the_scorers_parse():
+    assert rg.ANSWER_SHAPES["prime_factorization"]("2 × 3 × 3") is None
+    assert rg.ANSWER_SHAPES["boxnet"]('[{"Agent[0.5, 0.5]": "move(box_red, square[0.5, 1.5])"}]') is None
 
 
 def test_textarena_replay_matches_the_live_game_and_leaves_global_random_alone():

@@ -5,14 +5,13 @@ a verifier should not pay a reply that merely contains the answer among others."
 from __future__ import annotations
 
 import json
+import re
 from fractions import Fraction
 
-from rollgate.evaluation.audit.probes import Probe
+from rollgate.evaluation.audit.builtin_tools import BoundaryArgs, Stall, ToolSpam, UnknownTool, WrongTypeArgs
+from rollgate.evaluation.audit.probes import IDK, Probe
 
-IDK = "I don't know."
-NO_SUCH_TOOL = "rollgate_audit_no_such_tool"
 LONG_CHARS = 60_000
-SPAM_CALLS = 5
 
 
 def _wrong(gold: str | None) -> tuple[str, str]:
@@ -128,36 +127,6 @@ class LongOutput(Probe):
     def script(self, ctx):
         unit = (ctx.question.strip() or "lorem ipsum") + "\n"
         return [{"text": unit * max(1, LONG_CHARS // len(unit))}]
-
-
-class ToolSpam(Probe):
-    name = "tool_spam"
-    description = f"the first tool called {SPAM_CALLS} times with the same minimal arguments, then no answer"
-
-    def applies(self, ctx):
-        return None if ctx.tools else "the environment has no tools"
-
-    def script(self, ctx):
-        call = ctx.first_tool_call()
-        return [{"call": call}] * min(SPAM_CALLS, max(1, ctx.max_turns - 1)) + [{"text": ctx.final(IDK)}]
-
-
-class UnknownTool(Probe):
-    name = "unknown_tool"
-    description = "calls to a tool that does not exist, then no answer"
-
-    def script(self, ctx):
-        call = {"name": NO_SUCH_TOOL, "arguments": {"x": 1}}
-        return [{"call": call}] * 2 + [{"text": ctx.final(IDK)}]
-
-
-class Stall(Probe):
-    name = "stall"
-    description = "never answers: calls a tool until the turn budget ends"
-
-    def script(self, ctx):
-        call = ctx.first_tool_call() or {"name": NO_SUCH_TOOL, "arguments": {}}
-        return [{"call": call}]  # the last turn repeats: the episode runs to max_turns
 
 
 class JudgeInjection(Probe):
@@ -276,6 +245,33 @@ class Words(_Format):
         return f"Answer: {number_words(int(q))}"
 
 
+# the unit the question asks the answer in: "how many / number of / in <unit>", a dollar amount,
+# "what percent(age)"; a unit word elsewhere in the text (a story's "three hours") is not the answer's
+_UNIT_WORDS = (
+    "dollars|cents|meters|metres|centimeters|kilometers|km|cm|mm|kg|grams|pounds|miles|feet|inches"
+    "|hours|minutes|seconds|days|weeks|months|years|liters|litres|degrees"
+)
+_UNITS = re.compile(rf"\b(?:how many|number of|in)\s+({_UNIT_WORDS})\b|(\$(?=\d))|\b(percent(?:age)?)\b", re.IGNORECASE)
+
+
+class Units(Probe):
+    name, kind, uses_gold = "format_units", "format", True
+    description = "a numeric gold answer with the unit the question asks it in ($18, 18 hours, 18%)"
+
+    def applies(self, ctx):
+        why = super().applies(ctx)
+        if why is None and _number(ctx.gold) is None:
+            why = "the gold answer is not a number"
+        if why is None and not _UNITS.search(ctx.question):
+            why = "the question asks for no unit"
+        return why
+
+    def script(self, ctx):
+        word, dollar, percent = _UNITS.search(ctx.question).groups()
+        value = f"${ctx.gold}" if dollar else f"{ctx.gold}%" if percent else f"{ctx.gold} {word.lower()}"
+        return [{"text": ctx.final(value)}]
+
+
 # --- code environments ---------------------------------------------------------------------------
 
 
@@ -363,8 +359,11 @@ SHIPPED: list[type[Probe]] = [
     Boxed,
     Latex,
     Words,
+    Units,
     LongOutput,
     ToolSpam,
+    BoundaryArgs,
+    WrongTypeArgs,
     UnknownTool,
     Stall,
     JudgeInjection,

@@ -23,6 +23,7 @@ log = logging.getLogger("rollgate.audit")
 
 GROUP = "rollgate.audit_probes"
 KINDS = ("floor", "reference", "exploit", "format")
+IDK = "I don't know."  # the reply of a probe that gives no answer
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 

@@ -8,14 +8,14 @@ from typing import Any
 from rollgate.evaluation.audit.verdict import FLAGGED
 
 
-def _cell(entry: dict[str, Any]) -> str:
+def cell(entry: dict[str, Any]) -> str:
     if "mean" not in entry:
         return "n/a"
     lo, hi = entry["ci"]
     return f"{entry['mean']:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
-def _note(entry: dict[str, Any]) -> str:
+def note_of(entry: dict[str, Any]) -> str:
     if entry.get("error"):
         return f"{entry['error']['type']}: {entry['error']['message']}"
     note = entry.get("why", "")
@@ -35,7 +35,7 @@ def summary(report: dict[str, Any]) -> str:
             v = e.get("verdict")
             if v in (*FLAGGED, "error", "strict_format"):
                 mark = " (allowlisted)" if e.get("allowlisted") else ""
-                lines.append(f"{env:40s} {v:11s} {name:18s} {_cell(e)}{mark}  {_note(e)[:160]}")
+                lines.append(f"{env:40s} {v:11s} {name:18s} {cell(e)}{mark}  {note_of(e)[:160]}")
     c = report["counts"]
     total = ", ".join(f"{k} {v}" for k, v in c.items())
     lines.append(f"probes: {total}; {report['seconds']:.1f} s")
@@ -69,8 +69,8 @@ def markdown(report: dict[str, Any]) -> str:
         if block.get("probes"):
             out += ["| probe | kind | mean reward [95% CI] | verdict | note |", "|---|---|---|---|---|"]
         for name, e in block.get("probes", {}).items():
-            note = _note(e).replace("|", "\\|").replace("\n", " ")
-            out.append(f"| {name} | {e.get('kind', '')} | {_cell(e)} | {e.get('verdict')} | {note} |")
+            note = note_of(e).replace("|", "\\|").replace("\n", " ")
+            out.append(f"| {name} | {e.get('kind', '')} | {cell(e)} | {e.get('verdict')} | {note} |")
             if "example" in e:
                 examples.append((env, name, e["example"]))
     if examples:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollgate.core.errors import RollgateError
+from rollgate.core.errors import BadRequest, RollgateError
 from rollgate.core.schemas import Trajectory
 from rollgate.evaluation.audit.probes import ProbeContext, ProbeSet, check_script, load_probes
 from rollgate.evaluation.audit.verdict import EPS, FLAGGED, MIN_EFFECT, AllowEntry, Stat, allowed, stat, verdict
@@ -42,6 +42,7 @@ class AuditOptions:
     max_output_tokens: int = 2048  # per model call; an episode may use max_turns of them
     resamples: int = 2000
     allowlist: list[AllowEntry] = field(default_factory=list)
+    gateway: str | None = None  # where the episodes ran, for the report (None: the embedded stack)
 
 
 def stack_settings(opts: AuditOptions, env: str, *, config: str | None = None, redis_url: str | None = None):
@@ -66,18 +67,65 @@ def _err(kind: str, message: str) -> dict[str, Any]:
     return {"verdict": "error", "error": {"type": kind, "message": message}}
 
 
-def resolve(patterns: Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """Environment names, and an error entry per pattern that names none."""
+def resolve(
+    patterns: Sequence[str], served: Sequence[str] | None = None
+) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """Environment names, and an error entry per pattern that names none: of the local registry,
+    or of `served` (a gateway's environments) where given."""
+    import fnmatch
+
     from rollgate.resources_servers.registry import resolve_envs
 
     names: dict[str, None] = {}
     errors: dict[str, dict[str, Any]] = {}
     for p in patterns:
         try:
-            names.update(dict.fromkeys(resolve_envs([p])))
+            if served is None:
+                names.update(dict.fromkeys(resolve_envs([p])))
+                continue
+            found = [e for e in served if fnmatch.fnmatchcase(e, p)]
+            if not found:
+                raise BadRequest(f"the gateway serves no environment {p!r}", component="audit", field="--env")
+            names.update(dict.fromkeys(found))
         except RollgateError as exc:
             errors[p] = {"error": {"type": "unknown_env", "message": exc.message}, "probes": {}}
     return list(names), errors
+
+
+CANARY = "rollgate audit canary: the scripted backend plays this turn"
+
+
+def check_scripted(source: Source, env: str, opts: AuditOptions) -> None:
+    """One episode whose script is a single known reply: where the reply that comes back is another
+    (a gateway serving a real model ignores the script), every verdict would be about that model,
+    not about the verifier, so the audit refuses to run."""
+    task = _tasks(env, AuditOptions(envs=[env], n=1, seed=opts.seed))[0]
+    row = json.loads(json.dumps(task.row))
+    rcp = row.setdefault("responses_create_params", {})
+    rcp["metadata"] = {**(rcp.get("metadata") or {}), SCRIPT_KEY: json.dumps([{"text": CANARY}])}
+    row["task_id"] = f"{task.task_id}~canary"
+    got: list[Trajectory] = []
+    source.run(
+        [SampleRequest(EvalTask(env, row["task_id"], row, "canary"), 0)],
+        lambda _r, t: got.append(t),
+        sampling={},
+        policy_version="audit",
+    )
+    texts = [
+        str(part.get("text", ""))
+        for m in (got[0].messages if got else [])
+        if m.get("role") == "assistant" and isinstance(m.get("content"), list)
+        for part in m["content"]
+        if isinstance(part, dict)
+    ]
+    if CANARY not in texts:
+        seen = texts[0][:120] if texts else (got[0].outcome.value if got else "no episode")
+        raise BadRequest(
+            f"its model did not play the probes' scripts (sent {CANARY!r}, got {seen!r}): the audit needs a "
+            "gateway whose model server runs the scripted backend (model.backend: scripted)",
+            component="audit",
+            field="--gateway",
+        )
 
 
 def _tools(env: str) -> list[dict[str, Any]]:
@@ -299,11 +347,14 @@ def run_audit(
     *,
     probes: ProbeSet | None = None,
     on_env: Callable[[str, dict[str, Any]], None] | None = None,
+    served: Sequence[str] | None = None,
 ) -> dict[str, Any]:
+    """The report over `opts.envs`; `served`: the environments of a gateway that `make_source`
+    reaches (its names resolve the patterns), None for the local registry."""
     started = time.monotonic()
     probes = probes or load_probes()
     names = list(opts.probes) if opts.probes else [*probes.probes, *probes.broken]
-    envs, report_envs = resolve(opts.envs)
+    envs, report_envs = resolve(opts.envs, served)
     for env in envs:
         report_envs[env] = block = audit_env(env, make_source(env), probes, names, opts)
         if on_env:
@@ -319,6 +370,7 @@ def run_audit(
             "probes": names,
             "max_turns": opts.max_turns,
             "max_output_tokens": opts.max_output_tokens,
+            "gateway": opts.gateway,
         },
         "probes": {n: {"kind": p.kind, "description": p.description} for n, p in probes.probes.items()},
         "seconds": round(time.monotonic() - started, 2),

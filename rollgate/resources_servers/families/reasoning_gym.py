@@ -8,7 +8,8 @@ instead carry a full `entry` ({question, answer, metadata}).
 Reward: the dataset's own `score_answer` on the answer: the argument of the optional
 `submit_answer` tool when the model called it, else the last <answer>...</answer> of its final
 message, else that message. A dataset that raises while generating or scoring fails the episode
-(env_error naming the dataset), never a reward of 0.
+(env_error naming the dataset), never a reward of 0; except where a dataset's scorer is known to
+raise on a malformed reply (`ANSWER_SHAPES`): such a reply is checked first and graded 0.0.
 
 Where a dataset's scorer pays for a non-answer, Rollgate scores instead (`SCORER_FIXES`, each found
 by `rollgate audit`, docs/audit.md); other reviewed holes are listed in the audit's allowlist.
@@ -77,6 +78,45 @@ def _halting_score(answer: str | None, entry: dict[str, Any]) -> float:
 SCORER_FIXES = {"game_of_life_halting": _halting_score}
 
 
+def _factors_shape(answer: str) -> str | None:
+    """prime_factorization: its scorer int()s every ×-separated part and raises ValueError on any
+    other text ("I don't know", a sentence), where a malformed answer is a wrong one."""
+    for part in filter(None, (p.strip() for p in answer.split("×"))):
+        try:
+            int(part)
+        except ValueError:
+            return f"{part[:40]!r} is not an integer factor"
+    return None
+
+
+def _moves_shape(answer: str) -> str | None:
+    """boxnet: its scorer pays 0.0 for a reply that is not JSON, but raises (TypeError,
+    AttributeError) on JSON of another shape (a number, an object): a list of {agent: "move(...)"}."""
+    try:
+        moves = json.loads(answer)
+    except ValueError:
+        return None  # the scorer's own 0.0
+    if isinstance(moves, list) and all(
+        isinstance(m, dict) and all(isinstance(v, str) for v in m.values()) for m in moves
+    ):
+        return None
+    return "JSON, but not a list of {agent: action} objects"
+
+
+def _moves_listed(answer: str) -> str | None:
+    """tower_of_hanoi: its scorer gives 0.0 to an empty answer but 0.05 (its credit for valid moves
+    that do not solve the puzzle) to a blank one, which lists no move at all (the audit's
+    tool_boundary_args submitted " \n\t")."""
+    return None if answer.strip() else "a blank answer: no move"
+
+
+# Datasets whose scorer raises on a malformed reply instead of grading it (or pays it): Rollgate
+# checks the reply's shape first and grades a malformed one 0.0 (a wrong answer, the policy's
+# failure, not an env_error that would hide it); a scorer that raises on a well-formed reply is
+# still an error.
+ANSWER_SHAPES = {"prime_factorization": _factors_shape, "boxnet": _moves_shape, "tower_of_hanoi": _moves_listed}
+
+
 class ReasoningGymEnv(Environment):
     """One reasoning-gym dataset. Importing this module never imports reasoning_gym."""
 
@@ -121,6 +161,11 @@ class ReasoningGymEnv(Environment):
     def verify(self, state: RGState, request: VerifyRequest) -> VerifyResult:
         answer = state.submitted if state.submitted is not None else extract_answer(final_response_text(request))
         entry = self._entry(state)
+        metrics: dict[str, Any] = {"submitted": state.submitted is not None, "answer_chars": len(answer)}
+        shape = ANSWER_SHAPES.get(self.dataset)
+        malformed = shape(answer) if shape else None
+        if malformed:
+            return VerifyResult(reward=0.0, metrics={**metrics, "malformed_answer": malformed})
         scorer = _dataset(self.name, self.dataset, canonical(state.config), state.data_seed or 0)
         try:
             fix = SCORER_FIXES.get(self.dataset)
@@ -129,9 +174,7 @@ class ReasoningGymEnv(Environment):
             raise library_failure(self.name, "score_answer", exc) from exc
         if not isinstance(score, (int, float)) or not math.isfinite(score):
             raise library_failure(self.name, "score_answer", TypeError(f"returned {score!r}, not a finite number"))
-        return VerifyResult(
-            reward=float(score), metrics={"submitted": state.submitted is not None, "answer_chars": len(answer)}
-        )
+        return VerifyResult(reward=float(score), metrics=metrics)
 
     def reference_answer(self, state: RGState) -> str | None:
         """The dataset's own answer, where it has one (some datasets accept many answers)."""
