@@ -189,7 +189,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     specs = default_registry().specs()
     generated = [e for e in DEMO_GENERATED_ENVS if e in specs and specs[e].available]
-    wanted = args.envs.split(",") if args.envs else [*[e for e in specs if "/" not in e], *generated]
+    # multi-role environments need a policy per role (docs/roles.md): not in the default list
+    single = [e for e, spec in specs.items() if "/" not in e and not spec.env_class.roles]
+    wanted = args.envs.split(",") if args.envs else [*single, *generated]
     envs = [
         e
         for e in wanted

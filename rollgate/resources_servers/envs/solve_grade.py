@@ -15,7 +15,7 @@ Row fields: `question` (str), `answer` (str or number: the reference).
 from __future__ import annotations
 
 import random
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -92,3 +92,23 @@ class SolveGradeEnv(Environment):
             return VerifyResult(reward=float(right), metrics={"submitted": state.submitted is not None})
         agrees = state.ruling is not None and state.submitted is not None and state.ruling == right
         return VerifyResult(reward=float(agrees), metrics={"ruled": state.ruling is not None})
+
+
+def example_tasks(n: int, seed: int) -> list[dict[str, Any]]:
+    """`n` arithmetic rows (`rollgate tasks solve_grade`), deterministic for `seed`."""
+    rng = random.Random(f"solve-grade-rows:{seed}")
+    rows = []
+    for i in range(n):
+        a, b = rng.randint(2, 99), rng.randint(2, 99)
+        op = rng.choice("+-*")
+        answer = a + b if op == "+" else a - b if op == "-" else a * b
+        rows.append(
+            {
+                "responses_create_params": {"input": "Solve, then grade."},
+                "env": "solve_grade",
+                "task_id": f"solve_grade-{seed}-{i:03d}",
+                "question": f"What is {a} {op} {b}?",
+                "answer": answer,
+            }
+        )
+    return rows
