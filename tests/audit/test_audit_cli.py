@@ -159,3 +159,14 @@ def test_the_html_report_is_self_contained_and_shows_untrusted_text_escaped(audi
         assert any(i.startswith("x-lenient_sum--") and i.endswith(probe) for i in page.ids), item
     cand = report["envs"]["lenient_sum"]["probes"]["candidates"]
     assert f"{cand['mean']:.3f} [{cand['ci'][0]:.3f}, {cand['ci'][1]:.3f}]" in text
+
+
+def test_a_multi_role_environment_is_skipped_naming_why(capsys, tmp_path):
+    """One scripted policy cannot play a solver and a grader (docs/roles.md): every probe is
+    skipped with the reason, never an error and never clean."""
+    from rollgate.cli import main
+
+    assert main(["audit", "--env", "solve_grade", "--n", "2", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    entries = report["envs"]["solve_grade"]["probes"].values()
+    assert entries and all(e["verdict"] == "skipped" and "multi-role" in e["why"] for e in entries)

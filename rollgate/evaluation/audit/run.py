@@ -135,6 +135,13 @@ def _tools(env: str) -> list[dict[str, Any]]:
         return []
 
 
+def _roles(env: str) -> tuple[str, ...]:
+    try:
+        return tuple(env_class(env).roles)
+    except Exception:  # noqa: BLE001 - an environment this process cannot load is audited as single-role
+        return ()
+
+
 def reference_answers(env: str, tasks: list[EvalTask]) -> dict[str, str]:
     """Gold answers an environment computes but its rows do not carry (rows of reasoning-gym hold
     a recipe, not the answer): from its `reference_answer(state)`, seeded here as a session would
@@ -184,6 +191,12 @@ def transcript(traj: Trajectory) -> dict[str, Any]:
 
 def _plan(env: str, tasks: list[EvalTask], probes: ProbeSet, names: list[str], opts: AuditOptions):
     """(requests, per-probe entries decided before running: skipped or errored)."""
+    roles = _roles(env)
+    if roles:  # one scripted policy cannot play several roles (docs/roles.md)
+        why = f"multi-role environment ({', '.join(roles)}): the probes play one policy, not one per role"
+        return [], {
+            n: {"kind": getattr(probes.probes.get(n), "kind", "?"), "verdict": "skipped", "why": why} for n in names
+        }
     tools = _tools(env)
     golds = reference_answers(env, tasks)
     requests: list[SampleRequest] = []
