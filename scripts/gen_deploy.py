@@ -43,15 +43,23 @@ ROLLGATE_IMAGE = "${ROLLGATE_IMAGE:-rollgate:latest}"
 SANDBOX_CAPS = ["SYS_ADMIN", "NET_ADMIN", "SETUID", "SETGID", "SETPCAP", "CHOWN", "FOWNER", "DAC_OVERRIDE", "KILL"]
 
 
+# Families the deployment files leave out, and why (docs/deployment.md).
+NOT_DEPLOYED = {
+    "swe": "runs its sandboxes with the local provider in its own process: no container shape yet (issue 30)",
+}
+
+
 def deploy_envs() -> tuple[list[str], dict[str, list[str]]]:
     """Every registered environment (available here or not: the files must not depend on what this
-    machine installed), each family folded into one pattern ("reasoning_gym/*")."""
+    machine installed), each family folded into one pattern ("reasoning_gym/*"), but NOT_DEPLOYED."""
     from rollgate.resources_servers.registry import default_registry
 
     envs: list[str] = []
     families: dict[str, list[str]] = {}
     for name, spec in default_registry().specs().items():
         family = spec.family or (name.split("/")[0] if "/" in name else None)
+        if family in NOT_DEPLOYED:
+            continue
         if family is None:
             envs.append(name)
             continue
