@@ -69,7 +69,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         action="store_true",
         default=True,
         help=f"serve the math policy trained by the {DEMO_RECIPE} recipe's SFT phase, sampled greedily (the "
-        "default: built on the first run, about 2.5 minutes on 2 cores, then cached)",
+        "default: built on the first run, about 4 minutes on 2 cores, then cached)",
     )
     trained.add_argument(
         "--untrained",
