@@ -62,7 +62,8 @@ def test_compose_covers_every_registered_environment_and_one_service_per_family(
     services = compose_services(COMPOSE_SECRETS)
     assert {f"resources-{e}" for e in SHIPPED_ENVS} <= set(services)
     served = json.loads(services["gateway"]["environment"]["ROLLGATE_ENVS"])
-    assert set(served) == set(default_registry().specs())
+    left_out = gen_deploy().NOT_DEPLOYED  # families without a container shape yet, each with its reason
+    assert set(served) == {e for e in default_registry().specs() if e.split("/")[0] not in left_out}
     families = {n.split("/")[0] for n in served if "/" in n}
     for family in families:  # every member inside one service, under /envs/<member>
         name = "resources-" + family.replace("_", "-")
