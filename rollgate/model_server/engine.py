@@ -101,8 +101,6 @@ class Engine:
         self._inbox: queue.Queue[_Row] = queue.Queue()
         self._rows: list[_Row] = []
         self._cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None
-        self._dyn: Any = None  # the DynamicCache holding `_cache` after a decode step, reused by the next
-        self._dyn_of: list | None = None  # the `_cache` list `_dyn` holds (a new list: a new batch)
         self._mask: torch.Tensor | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rollgate-engine", daemon=True)
@@ -303,12 +301,10 @@ class Engine:
         last = torch.tensor([[r.out[-1]] for r in self._rows], dtype=torch.long, device=self.device)
         mask = torch.cat([self._mask, torch.ones((n, 1), dtype=torch.long, device=self.device)], dim=1)
         pos = mask.sum(-1, keepdim=True) - 1
-        # the last step's cache while the batch is unchanged: a new one copies every layer's KV
-        cache = self._dyn if self._dyn_of is self._cache else DynamicCache(ddp_cache_data=self._cache)
+        cache = DynamicCache(ddp_cache_data=self._cache)
         kw = {cache_kwarg(self.model): cache}
         out = self.model(input_ids=last, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
-        self._dyn = output_cache(out)
-        self._cache = self._dyn_of = [(layer.keys, layer.values) for layer in self._dyn.layers]
+        self._cache = [(layer.keys, layer.values) for layer in output_cache(out).layers]
         self._mask = mask
         self.stats["decode_s"] += time.perf_counter() - started
         self._sample(out.logits[:, -1, :], start=0)
