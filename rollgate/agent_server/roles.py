@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -65,6 +65,26 @@ class Seat:
     verdict: VerifyResult | None = None
 
 
+def check_role_policy(
+    role: str, policy: RolePolicy, known_models: Iterable[str], *, component: str = COMPONENT
+) -> None:
+    """A role's model is one of `known_models` (none: the job's own) and its agent the shipped loop:
+    else a 400 naming `roles.<role>.<field>` and what is accepted."""
+    known = set(known_models)
+    if policy.model is not None and policy.model not in known:
+        raise BadRequest(
+            f"roles.{role}.model: unknown model {policy.model!r}; known: {', '.join(sorted(known))}",
+            component=component,
+            field=f"roles.{role}.model",
+        )
+    if policy.agent not in (None, AGENT_NAME):
+        raise BadRequest(
+            f"roles.{role}.agent: {policy.agent!r} cannot play a role; accepted: {AGENT_NAME}",
+            component=component,
+            field=f"roles.{role}.agent",
+        )
+
+
 def check_roles(declared: list[str], policies: Mapping[str, Any], *, env: str, component: str = COMPONENT) -> None:
     """Every declared role mapped, no other: a 400 naming the role and what is accepted."""
     for role in policies:
@@ -91,19 +111,8 @@ class RolesRunner:
         self.models = {base.model_name: base.model, **models}
 
     def seat_agent(self, role: str, policy: RolePolicy) -> Agent:
+        check_role_policy(role, policy, self.models)
         name = policy.model or self.base.model_name
-        if name not in self.models:
-            raise BadRequest(
-                f"roles.{role}.model: unknown model {name!r}; known: {', '.join(sorted(self.models))}",
-                component=COMPONENT,
-                field=f"roles.{role}.model",
-            )
-        if policy.agent not in (None, AGENT_NAME):
-            raise BadRequest(
-                f"roles.{role}.agent: {policy.agent!r} cannot play a role; accepted: {AGENT_NAME}",
-                component=COMPONENT,
-                field=f"roles.{role}.agent",
-            )
         b = self.base
         return Agent(self.models[name], b.envs, b.settings, model_name=name, metrics=b.metrics)
 

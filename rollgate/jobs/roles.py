@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rollgate.agent_server.agent import AGENT_NAME
-from rollgate.agent_server.roles import check_roles
+from rollgate.agent_server.roles import check_role_policy, check_roles
 from rollgate.core.errors import BadRequest
 
 COMPONENT = "gateway"
@@ -41,18 +41,7 @@ def check_job_roles(req: Any, known_models: list[str]) -> dict[str, Any] | None:
             field="agent",
         )
     for role, policy in req.roles.items():
-        if policy.model is not None and policy.model not in known_models:
-            raise BadRequest(
-                f"roles.{role}.model: unknown model {policy.model!r}; known: {', '.join(sorted(known_models))}",
-                component=COMPONENT,
-                field=f"roles.{role}.model",
-            )
-        if policy.agent not in (None, AGENT_NAME):
-            raise BadRequest(
-                f"roles.{role}.agent: {policy.agent!r} cannot play a role; accepted: {AGENT_NAME}",
-                component=COMPONENT,
-                field=f"roles.{role}.agent",
-            )
+        check_role_policy(role, policy, known_models, component=COMPONENT)
     return {role: policy.model_dump(exclude_none=True) for role, policy in req.roles.items()}
 
 
