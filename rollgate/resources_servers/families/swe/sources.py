@@ -14,14 +14,14 @@ import hashlib
 import logging
 import os
 import shutil
-import subprocess
-import sys
 import tarfile
 import tempfile
 from importlib import metadata
 from pathlib import Path
 
+from rollgate.core import pinned
 from rollgate.core.errors import RollgateError
+from rollgate.core.pinned import sha256_file
 from rollgate.core.schemas import ErrorKind
 from rollgate.resources_servers.families.swe.projects import Project
 
@@ -46,14 +46,6 @@ def swe_home(home: str | os.PathLike) -> Path:
     return Path(home) / "swe"
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _verify(path: Path, project: Project, what: str, remedy: str) -> None:
     got = sha256_file(path)
     if got != project.sha256:
@@ -66,24 +58,10 @@ def _verify(path: Path, project: Project, what: str, remedy: str) -> None:
 
 
 def _pip_download(project: Project, dest: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-    cmd += ["--disable-pip-version-check", "--progress-bar", "off", project.requirement, "-d", str(dest)]
-    log.info("fetching %s from the package index: pip %s", project.requirement, " ".join(cmd[3:]))
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False, timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SourceError("download", f"could not run pip ({exc})") from None
-    sdist = dest / project.filename
-    if done.returncode != 0 or not sdist.is_file():
-        lines = [ln.strip() for ln in (done.stderr.splitlines() or done.stdout.splitlines()) if ln.strip()]
-        last = lines[-1] if lines else "(no output)"
-        raise SourceError(
-            "download",
-            f"`pip download --no-deps --no-binary :all: {project.requirement}` failed (exit {done.returncode}): "
-            f"{last}. The package index could not be reached or does not serve this file; pip's configuration "
-            "picks the index (`pip config list`, PIP_INDEX_URL).",
-        )
-    return sdist
+        return pinned.pip_download(project.requirement, project.filename, dest, sdist=True, timeout_s=300)
+    except pinned.PipDownloadError as exc:
+        raise SourceError("download", str(exc)) from None
 
 
 def fetch_sdist(project: Project, home: str | os.PathLike) -> Path:
