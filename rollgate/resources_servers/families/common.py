@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from typing import Any, TypeVar
 
-from rollgate.core.errors import BadRequest, UpstreamError
+from rollgate.core.errors import BadRequest, RollgateError, UpstreamError
 from rollgate.core.schemas import TaskRow
+
+T = TypeVar("T")
 
 INSTALL_HINT = "pip install 'rollgate[envs]'"
 
@@ -79,6 +82,17 @@ def library_failure(env: str, phase: str, exc: BaseException) -> UpstreamError:
     return UpstreamError(
         f"{env}: the library raised during {phase}: {type(exc).__name__}: {exc}", component=f"env:{env}"
     )
+
+
+def call_library(env: str, phase: str, call: Callable[[], T]) -> T:
+    """`call()`, with any failure of the library itself turned into `library_failure` (Rollgate's
+    own errors, a bad move or argument, pass through)."""
+    try:
+        return call()
+    except RollgateError:
+        raise
+    except Exception as exc:  # the library itself failed: an environment failure, not a bad move
+        raise library_failure(env, phase, exc) from exc
 
 
 ANSWER_TAG = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)

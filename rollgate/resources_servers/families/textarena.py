@@ -28,11 +28,16 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from rollgate.core.errors import BadRequest, RollgateError
+from rollgate.core.errors import BadRequest
 from rollgate.core.rows import derive_seed
 from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import Environment, ToolError, tool
-from rollgate.resources_servers.families.common import Library, field_of, library_failure, prompt_or_observation
+from rollgate.resources_servers.families.common import (
+    Library,
+    call_library,
+    field_of,
+    prompt_or_observation,
+)
 from rollgate.resources_servers.families.splits import check_n, check_split, take
 from rollgate.resources_servers.registry import EnvSpec
 
@@ -258,12 +263,7 @@ class TextArenaEnv(Environment):
         )
 
     def _run(self, call: Any, phase: str) -> Any:
-        try:
-            return call()
-        except RollgateError:
-            raise
-        except Exception as exc:  # the game itself failed: an environment failure, not a bad move
-            raise library_failure(self.name, phase, exc) from exc
+        return call_library(self.name, phase, call)
 
 
 def check_game_id(game: str, game_id: str | None) -> str:

@@ -18,11 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from rollgate.core.errors import BadRequest, RollgateError
+from rollgate.core.errors import BadRequest
 from rollgate.core.rows import derive_seed
 from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import Environment, ToolError, tool
-from rollgate.resources_servers.families.common import field_of, library_failure
+from rollgate.resources_servers.families.common import call_library, field_of
 from rollgate.resources_servers.families.splits import check_n, check_split, take
 from rollgate.resources_servers.families.textarena import (
     _GAME_LOCK,
@@ -207,12 +207,7 @@ class TextArenaDuelEnv(Environment):
         )
 
     def _run(self, call: Any, phase: str) -> Any:
-        try:
-            return call()
-        except RollgateError:
-            raise
-        except Exception as exc:  # the game itself failed: an environment failure, not a bad move
-            raise library_failure(self.name, phase, exc) from exc
+        return call_library(self.name, phase, call)
 
 
 def generate_tasks(game: str, n: int, seed: int, config: dict[str, Any] | None, split: str) -> list[dict[str, Any]]:
