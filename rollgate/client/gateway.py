@@ -77,6 +77,15 @@ class RolloutClient:
     def envs(self) -> list[str]:
         return list(self._request("GET", "/v1/envs")["envs"])
 
+    def env_roles(self, env: str) -> list[str]:
+        """The roles of a multi-role environment ([] for a single-role one: its GET /roles is a 404)."""
+        from rollgate.core.errors import NotFound
+
+        try:
+            return list(self._request("GET", f"/envs/{env}/roles")["roles"])
+        except NotFound:
+            return []
+
     def submit(
         self,
         tasks: list[dict[str, Any]],

@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from rollgate.commands import eval_games
 from rollgate.commands.serve import add_common_flags, add_model_flag, apply_model_flag
 
 EPILOG = """\
@@ -16,6 +17,7 @@ examples:
   rollgate eval --env math --tasks examples/math.jsonl --k 8 --out runs/eval-a
   rollgate eval --env math --env wordle --n 50 --seed 1 --k 4 --out runs/eval-b --gateway http://127.0.0.1:8000
   rollgate eval compare runs/eval-a runs/eval-b
+  rollgate eval compare ckpt-200 ckpt-100 --env textarena/TicTacToe --n 50 --seed 1 --games 2
   rollgate eval reverify runs/eval-a --out runs/eval-a-reverified
 
 exit status: 0 done; 2 bad input (the message names the field); 3 the report was written but more
@@ -64,13 +66,18 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     add_common_flags(p)
 
     sub = p.add_subparsers(dest="eval_action", metavar="{compare,reverify,play}")
-    c = sub.add_parser("compare", help="paired comparison of two evaluation directories (B against A)")
-    c.add_argument("a", metavar="A", help="evaluation directory of the baseline")
-    c.add_argument("b", metavar="B", help="evaluation directory of the candidate")
+    c = sub.add_parser(
+        "compare",
+        help="paired comparison of two evaluation directories (B against A); with --env GAME, two policies "
+        "play each other head to head (A's win rate)",
+    )
+    c.add_argument("a", metavar="A", help="evaluation directory of the baseline; with --env: the first policy")
+    c.add_argument("b", metavar="B", help="evaluation directory of the candidate; with --env: the second policy")
     c.add_argument("--threshold", dest="cmp_threshold", type=float, help="override both reports' threshold")
     c.add_argument("--out", dest="cmp_out", metavar="FILE", help="also write the comparison as JSON here")
     c.add_argument("--bootstrap-resamples", dest="cmp_resamples", type=int, default=2000, metavar="B")
     c.add_argument("--bootstrap-seed", dest="cmp_seed", type=int, default=0, metavar="S")
+    eval_games.add_flags(c)
     r = sub.add_parser("reverify", help="re-score stored trajectories with today's verifiers (no model calls)")
     r.add_argument("src", metavar="SRC", help="an evaluation directory or a trajectory file (JSONL)")
     r.add_argument("--out", dest="rv_out", required=True, metavar="DIR", help="directory of the new report")
@@ -198,6 +205,23 @@ def _run_eval(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from rollgate.core import jsonutil
+    from rollgate.core.errors import BadRequest
+
+    if args.h2h_env:
+        if args.cmp_threshold is not None:
+            raise BadRequest(
+                "--threshold applies to two evaluation directories; games are won, drawn or lost",
+                component="eval",
+                field="--threshold",
+            )
+        return eval_games.run(args)
+    given = eval_games.given_flags(args)
+    if given:
+        raise BadRequest(
+            f"{given[0]} applies to head-to-head games: add --env GAME (A and B then name policies)",
+            component="eval",
+            field=given[0],
+        )
     from rollgate.evaluation.compare import compare, compare_table
 
     result = compare(

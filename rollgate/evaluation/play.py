@@ -61,7 +61,8 @@ def result_of(t: Trajectory, episode: list[Trajectory]) -> str:
     return "win" if t.reward > best_other else "draw" if t.reward == best_other else "loss"  # type: ignore[operator]
 
 
-def _rates(per_task: dict[str, list[str]], resamples: int, seed: int) -> dict[str, Any]:
+def rates(per_task: dict[str, list[str]], resamples: int, seed: int) -> dict[str, Any]:
+    """Win, draw and loss rates and the score, each a mean over tasks with its interval."""
     out: dict[str, Any] = {"episodes": sum(len(v) for v in per_task.values()), "tasks": len(per_task)}
     for name in RESULTS:
         values = [sum(r == name for r in rs) / len(rs) for rs in per_task.values()]
@@ -95,8 +96,8 @@ def play_report(trajectories: Iterable[Trajectory], *, resamples: int = 2000, se
                 by_policy[policy_key(t)][t.task.task_id].append(result)
     report: dict[str, Any] = {
         "envs": sorted(envs),
-        "roles": {role: _rates(tasks, resamples, seed) for role, tasks in sorted(by_role.items())},
-        "policies": {p: _rates(tasks, resamples, seed) for p, tasks in sorted(by_policy.items())},
+        "roles": {role: rates(tasks, resamples, seed) for role, tasks in sorted(by_role.items())},
+        "policies": {p: rates(tasks, resamples, seed) for p, tasks in sorted(by_policy.items())},
         "failures": dict(failures),
     }
     pairs = [m for m in meetings if len(m) == 2]
