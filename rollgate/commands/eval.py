@@ -163,6 +163,9 @@ def _run_eval(args: argparse.Namespace) -> int:
         sampling=sampling,
         policy_version=args.policy_version,
     )
+    games = eval_games.multi_role_source(args, settings)
+    if games is not None:  # a game: each role's win / draw / loss rates (docs/roles.md)
+        return eval_games.run_self_play(args, games, sampling)
     if args.gateway:
         source = GatewaySource(args.gateway, api_key=args.api_key or settings.api_key)
     else:

@@ -96,3 +96,78 @@ def run(args: argparse.Namespace) -> int:
     if args.cmp_out:
         Path(args.cmp_out).write_bytes(jsonutil.dumps(report))
     return 0
+
+
+def multi_role_source(args: argparse.Namespace, settings):
+    """The games source when an --env of plain `rollgate eval` has roles (else None)."""
+    from rollgate.core.errors import RollgateError
+    from rollgate.evaluation.games import GatewayGames, StackGames
+
+    for env in args.env:
+        if args.gateway:
+            source = GatewayGames(args.gateway, api_key=args.api_key or settings.api_key)
+        else:
+            source = StackGames(settings, env, concurrency=args.concurrency)
+        try:
+            roles = source.roles(env)
+        except RollgateError:
+            continue  # an unknown environment: `rollgate eval` names it
+        if roles:
+            return source
+    return None
+
+
+def run_self_play(args: argparse.Namespace, source, sampling: dict) -> int:
+    """`rollgate eval --env GAME`: the model in every seat, each role's win / draw / loss rates."""
+    from tqdm import tqdm
+
+    from rollgate.core import jsonutil
+    from rollgate.core.errors import BadRequest
+    from rollgate.evaluation.games import HeadToHeadOptions, self_play
+    from rollgate.evaluation.play import play_table
+
+    if len(args.env) > 1:
+        raise BadRequest(
+            "--env: a multi-role environment is evaluated on its own (one --env)", component="eval", field="--env"
+        )
+    for flag, value in (("--resume", args.resume), ("--train-tasks", args.train_tasks), ("--split", args.split)):
+        if value:
+            raise BadRequest(f"{flag} applies to single-role environments", component="eval", field=flag)
+    out = Path(args.out)
+    if (out / "trajectories.jsonl").exists():
+        raise BadRequest(
+            f"--out {out} already holds trajectories.jsonl: choose another --out", component="eval", field="--out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    policy = jsonutil.dumps({"sampling": sampling, "policy_version": args.policy_version}).decode()
+    opts = HeadToHeadOptions(
+        env=args.env[0],
+        a=policy,
+        b=policy,
+        tasks_file=Path(args.tasks) if args.tasks else None,
+        n=args.n,
+        seed=args.seed,
+        games=args.k,
+        trajectories=out / "trajectories.jsonl",
+        resamples=args.bootstrap_resamples,
+        bootstrap_seed=args.bootstrap_seed,
+    )
+    bars: list[tqdm] = []
+
+    def on_total(n: int) -> None:
+        bars.append(tqdm(total=n, unit="game", file=sys.stderr, disable=args.no_progress, dynamic_ncols=True))
+
+    try:
+        report = self_play(opts, source, on_total=on_total, on_game=lambda _p: bars and bars[0].update(1))
+    finally:
+        for bar in bars:
+            bar.close()
+    (out / "play.json").write_bytes(jsonutil.dumps(report))
+    print(f"{report['env']}: {report['model']['model']} in every seat (self-play), {args.k} games per task")
+    print(play_table(report))
+    print(
+        f"report: {out / 'play.json'}  {out / 'trajectories.jsonl'}; two policies against each other: "
+        "rollgate eval compare A B --env GAME",
+        file=sys.stderr,
+    )
+    return 0

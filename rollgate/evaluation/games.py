@@ -15,6 +15,7 @@ from rollgate.core.errors import BadRequest, NotFound, ProtocolError
 from rollgate.core.schemas import EpisodeRecord, FailureRecord, RolePolicy
 from rollgate.core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from rollgate.evaluation.headtohead import (
+    SCHEMA_VERSION,
     Game,
     Played,
     check_games,
@@ -24,12 +25,14 @@ from rollgate.evaluation.headtohead import (
     plan,
     seatings,
 )
+from rollgate.evaluation.play import play_report
 from rollgate.evaluation.samples import COMPONENT
 from rollgate.evaluation.tasks import EvalTask, check_envs, env_class, generate_tasks, load_task_file
 
 log = logging.getLogger("rollgate.eval")
 
 JOB = "eval-h2h"
+PLAY_KIND = "rollgate.eval.play"
 OnPlayed = Callable[[Played], None]
 
 
@@ -262,3 +265,33 @@ def _served_model(played: Sequence[Played], policies: dict[str, RolePolicy]) -> 
             if policies[side].model is None:
                 return t.policy.model
     return "the gateway's model"
+
+
+def self_play(
+    opts: HeadToHeadOptions, source: StackGames | GatewayGames, *, on_total=None, on_game=None
+) -> dict[str, Any]:
+    """`rollgate eval` on a multi-role environment: the evaluated policy (A, also B) in every
+    seat, `games` episodes per task, and each role's win / draw / loss rates with intervals."""
+    roles = source.roles(opts.env)
+    if len(roles) == 2:
+        opts.seats = ",".join(roles)  # one policy: swapping seats would only play each game twice
+    trajectories = []
+
+    def seen(p: Played) -> None:
+        trajectories.extend(p.record.trajectories if p.record else ())
+        if on_game:
+            on_game(p)
+
+    h2h = head_to_head(opts, source, on_total=on_total, on_game=seen)
+    play = play_report(trajectories, resamples=opts.resamples, seed=opts.bootstrap_seed)
+    return {
+        "kind": PLAY_KIND,
+        "schema_version": SCHEMA_VERSION,
+        "env": opts.env,
+        "model": h2h["a"],
+        "bootstrap": h2h["bootstrap"],
+        "games": h2h["games"],
+        "roles": play["roles"],
+        "policies": {},
+        "failures": h2h["games"]["without_result"],
+    }

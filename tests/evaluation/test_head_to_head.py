@@ -182,3 +182,48 @@ def test_a_bad_policy_is_refused_naming_its_side(run_cli, a, b, field, says):
 
 def compare_raw(run_cli, a: str, b: str, *args):
     return run_cli("eval", "compare", a, b, "--no-progress", *args)
+
+
+def self_play_rows(tmp_path):
+    """Plain `rollgate eval` on a game: one script for both seats (the row's). Task `decided`:
+    player_0 takes cell 0, player_1 tries cell 0 twice, and a second invalid move loses.
+    Task `stalled`: both only talk, so the game stops unfinished, a draw."""
+
+    def row(task_id: str, turns: list[dict]) -> dict:
+        meta = {"rollgate_script": json.dumps(turns)}
+        return {"responses_create_params": {"input": "Play.", "metadata": meta}, "env": TTT, "task_id": task_id}
+
+    act = {"call": {"name": "act", "arguments": {"action": "[0]"}}}
+    rows = [row("decided", [act, act, {"text": "gg"}]), row("stalled", [{"text": "hmm"}] * 4)]
+    path = tmp_path / "games.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("where", ["in process", "gateway"])
+def test_plain_eval_on_a_game_reports_each_roles_win_draw_and_loss_rates(run_cli, tmp_path, request, where):
+    at = ("--gateway", request.getfixturevalue("gateway_url")) if where == "gateway" else ("--backend", "scripted")
+    out = tmp_path / "run"
+    rc, stdout, stderr = run_cli(
+        "eval", "--env", TTT, "--tasks", self_play_rows(tmp_path), "--k", 2, "--out", out, "--max-turns", 2,
+        "--policy-version", "p3", "--no-progress", *at,
+    )  # fmt: skip
+    assert rc == 0, stderr
+    report = json.loads((out / "play.json").read_text())
+    assert report["kind"] == "rollgate.eval.play" and report["games"]["with_result"] == 4
+    first, second = report["roles"]["player_0"], report["roles"]["player_1"]
+    assert (first["win"]["value"], first["draw"]["value"], first["loss"]["value"]) == (0.5, 0.5, 0.0)
+    assert (second["win"]["value"], second["draw"]["value"], second["loss"]["value"]) == (0.0, 0.5, 0.5)
+    assert first["win"]["ci"] == [0.0, 1.0] and first["episodes"] == 4  # two tasks: one won, one drawn
+    assert "role player_0" in stdout and "self-play" in stdout
+    trajs = read_jsonl(out / "trajectories.jsonl")
+    assert len(trajs) == 8 and {t["policy"]["policy_version"] for t in trajs} == {"p3"}
+
+
+def test_plain_eval_on_a_game_refuses_what_applies_to_single_role_envs(run_cli, tmp_path):
+    tasks = self_play_rows(tmp_path)
+    base = ("eval", "--tasks", tasks, "--k", 1, "--out", tmp_path / "o", "--backend", "scripted", "--no-progress")
+    rc, _, stderr = run_cli(*base, "--env", TTT, "--env", "math")
+    assert rc == 2 and "(field --env)" in stderr and "on its own" in stderr
+    rc, _, stderr = run_cli(*base, "--env", TTT, "--resume")
+    assert rc == 2 and "(field --resume)" in stderr
