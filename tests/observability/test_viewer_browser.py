@@ -9,7 +9,7 @@ import json
 import pytest
 
 from rollgate.core.serving import serve_in_thread
-from tests.observability.standin import HOSTILE, JOB, OTHER_JOB, standin_gateway
+from tests.observability.standin import HOSTILE, JOB, OTHER_JOB, ROLES_JOB, standin_gateway
 
 ROWS = "[...document.querySelectorAll('#trajectories tbody tr')].map(r => r.dataset.traj)"
 READY = "!!document.body && document.body.dataset.state === 'ready'"
@@ -31,7 +31,7 @@ def viewer_url():
 def test_viewer_lists_jobs_and_the_trajectories_of_the_chosen_job(browser, viewer_url):
     open_view(browser, viewer_url)
     jobs = browser.eval("[...document.querySelectorAll('#jobs tbody tr')].map(r => r.dataset.job)")
-    assert jobs == [JOB, OTHER_JOB]
+    assert jobs == [JOB, OTHER_JOB, ROLES_JOB]
     browser.eval(f"document.querySelector('#jobs tr[data-job=\"{JOB}\"]').click()")
     browser.wait_for(
         f"location.hash.includes('{JOB}') && {READY} && document.querySelectorAll('#trajectories tbody tr').length"
@@ -137,3 +137,60 @@ def test_viewer_asks_for_the_token_and_sends_it_as_a_bearer(browser):
         assert browser.eval(ROWS) == ["traj_solved", "traj_partial", "traj_broken", "failure-9"]
         assert browser.eval("sessionStorage.getItem('rollgate.token')") == "s3cret"
         assert json.loads(browser.eval("JSON.stringify(localStorage)")) == {}  # never persisted beyond the tab
+
+
+COLUMNS = "[...document.querySelectorAll('#detail-pane .role-col')]"
+
+
+def test_viewer_lists_each_roles_trajectory_of_a_multi_role_job(browser, viewer_url):
+    open_view(browser, viewer_url, f"#job={ROLES_JOB}")
+    assert browser.eval(ROWS) == [
+        "traj_ep_won_player_0",
+        "traj_ep_won_player_1",
+        "traj_ep_failed_player_0",
+        "traj_ep_failed_player_1",
+    ]
+    cells = browser.eval("[...document.querySelectorAll('#trajectories tbody tr')].map(r => r.cells[3].textContent)")
+    assert cells == ["player_0", "player_1", "player_0", "player_1"]
+    assert browser.eval("document.querySelector('#f-role-label').hidden") is False
+    open_view(browser, viewer_url, f"#job={ROLES_JOB}&role=player_1&outcome=completed")
+    assert browser.eval(ROWS) == ["traj_ep_won_player_1"]
+    open_view(browser, viewer_url, f"#job={JOB}")  # a single-role job has no role filter
+    assert browser.eval("document.querySelector('#f-role-label').hidden") is True
+
+
+def test_viewer_shows_an_episodes_roles_side_by_side(browser, viewer_url):
+    open_view(browser, viewer_url, f"#job={ROLES_JOB}")
+    browser.eval("document.querySelector('tr[data-traj=\"traj_ep_won_player_1\"]').click()")
+    browser.wait_for("!!document.querySelector('#detail-episode')")
+    assert browser.eval("document.querySelector('#detail-episode').textContent") == "ep_won"
+    roles = browser.eval(
+        f"{COLUMNS}.map(c => [c.dataset.role, c.querySelector('.role-reward').textContent,"
+        " c.querySelector('.badge').textContent, c.classList.contains('selected')])"
+    )
+    assert roles == [["player_0", "1", "completed", False], ["player_1", "-1", "completed", True]]
+    # side by side: the columns share a row, player_0 left of player_1
+    boxes = browser.eval(f"{COLUMNS}.map(c => {{ const b = c.getBoundingClientRect(); return [b.left, b.top]; }})")
+    assert boxes[0][0] < boxes[1][0] and boxes[0][1] == boxes[1][1]
+    texts = browser.eval(f"{COLUMNS}.map(c => c.innerText)")
+    expected_texts = (("rollgate-tiny", "temperature 1", "X at 4"), ("opponent", "temperature 0.3", "O at 0"))
+    for text, expected in zip(texts, expected_texts, strict=True):
+        for part in expected:
+            assert part in text, (part, text)
+    turns = browser.eval(f"{COLUMNS}.map(c => c.querySelectorAll('table.turns tbody tr').length)")
+    assert turns == [3, 2]  # each role's own model calls
+    detail = browser.eval("document.querySelector('#detail-pane').innerText")
+    assert "grp_ttt #0" in detail and "textarena/TicTacToe" in detail and "ttt-1" in detail
+    browser.screenshot("viewer-episode.png")
+
+
+def test_viewer_shows_a_failed_episodes_error_on_every_role_without_a_reward(browser, viewer_url):
+    open_view(browser, viewer_url, f"#job={ROLES_JOB}&traj=traj_ep_failed_player_0")
+    assert browser.eval("document.querySelector('#detail-episode').textContent") == "ep_failed"
+    roles = browser.eval(
+        f"{COLUMNS}.map(c => [c.querySelector('.role-reward').textContent, c.querySelector('.badge').textContent,"
+        " c.querySelector('.role-error').innerText])"
+    )
+    assert [r[:2] for r in roles] == [["—", "model_error"], ["—", "model_error"]]
+    assert all("role player_1: model server answered 502" in r[2] for r in roles)
+    assert browser.eval(f"{COLUMNS}[1].innerText").count("no model turns recorded") == 1

@@ -20,6 +20,7 @@ ASSETS: dict[str, str] = {
     "app.js": "text/javascript; charset=utf-8",
     "charts.js": "text/javascript; charset=utf-8",
     "views.js": "text/javascript; charset=utf-8",
+    "roles.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
 }
 # The page loads nothing from other origins (no CDN) and runs no inline script: model output is

@@ -7,7 +7,8 @@ const TOKEN_KEY = "rollgate.token";
 const MAX_RECORDS = 5000; // the list is for browsing; a trainer reads the full NDJSON itself
 const OUTCOMES = ["completed", "truncated", "env_error", "model_error", "timeout", "cancelled", "failure"];
 
-const state = { jobs: [], jobId: null, records: [], truncated: false, loadedJob: null, summary: null, report: null };
+const state = { jobs: [], jobId: null, records: [], episodes: {}, truncated: false, loadedJob: null, summary: null,
+                report: null };
 const $ = (sel) => document.querySelector(sel);
 
 // ---- small DOM helper ------------------------------------------------------------------------
@@ -81,12 +82,14 @@ async function loadJobs() {
 }
 
 // Read the NDJSON results as a stream so a large job shows its first records without waiting.
-// Lines are {cursor, type: trajectory|failure|heartbeat|end, record?} (rollgate.gateway.stream).
+// Lines are {cursor, type: trajectory|episode|failure|heartbeat|end, record?} (rollgate.gateway.stream);
+// an episode (a multi-role task) adds one record per role, linked by its episode id (roles.js).
 async function loadResults(jobId) {
   const res = await apiFetch("/v1/rollouts/" + encodeURIComponent(jobId) + "/results?limit=" + MAX_RECORDS);
   const reader = res.body.getReader();
   const decoder = new TextDecoder();
   const records = [];
+  state.episodes = {};
   let buf = "";
   for (;;) {
     const { value, done } = await reader.read();
@@ -97,6 +100,7 @@ async function loadResults(jobId) {
       if (!line.trim()) continue;
       const msg = JSON.parse(line);
       if (msg.type === "trajectory" || msg.type === "failure") records.push(normalise(msg.record, records.length));
+      else if (msg.type === "episode") addEpisode(msg.record, records);
     }
     if (done) break;
   }
@@ -135,11 +139,12 @@ function renderJobs() {
 // ---- rendering: trajectory list --------------------------------------------------------------
 function filters() {
   const h = readHash();
-  return { env: h.env || "", outcome: h.outcome || "", rmin: h.rmin ?? "", rmax: h.rmax ?? "" };
+  return { env: h.env || "", role: h.role || "", outcome: h.outcome || "", rmin: h.rmin ?? "", rmax: h.rmax ?? "" };
 }
 
 function matches(r, f) {
   if (f.env && r.task?.env !== f.env) return false;
+  if (f.role && r.role !== f.role) return false;
   if (f.outcome && r.outcome !== f.outcome) return false;
   if (f.rmin !== "" && !(typeof r.reward === "number" && r.reward >= +f.rmin)) return false;
   if (f.rmax !== "" && !(typeof r.reward === "number" && r.reward <= +f.rmax)) return false;
@@ -156,6 +161,9 @@ function renderList() {
   const f = filters();
   const envs = [...new Set(state.records.map((r) => r.task?.env).filter(Boolean))].sort();
   fillSelect($("#f-env"), envs, f.env);
+  const roles = [...new Set(state.records.map((r) => r.role).filter(Boolean))].sort();
+  fillSelect($("#f-role"), roles, f.role);
+  $("#f-role-label").hidden = !roles.length;
   fillSelect($("#f-outcome"), OUTCOMES, f.outcome);
   $("#f-rmin").value = f.rmin;
   $("#f-rmax").value = f.rmax;
@@ -170,6 +178,7 @@ function renderList() {
     el("td", {}, r._index),
     el("td", { class: "mono", title: r.task?.task_id || "" }, r.task?.task_id || "—"),
     el("td", {}, r.task?.env || "—"),
+    el("td", { title: r._episode ? "episode " + r._episode : "" }, r.role || "—"),
     el("td", {}, outcomeBadge(r.outcome)),
     el("td", { class: "num" }, fmt(r.reward)),
     el("td", { class: "num" }, r.turns ? r.turns.length : "—"),
@@ -232,6 +241,8 @@ function renderTurns(turns) {
 
 function renderDetail(r) {
   const pane = $("#detail-pane");
+  document.body.dataset.detail = r?._episode ? "episode" : "";
+  if (r?._episode) return renderEpisode(pane, state.episodes[r._episode], r._id);
   if (!r) {
     if (state.jobId) renderJobOverview(pane);
     else pane.replaceChildren(el("p", { class: "muted" }, "Pick a job, then a trajectory."));
@@ -313,9 +324,9 @@ function init() {
   });
   $("#refresh").addEventListener("click", () => { state.jobs = []; state.loadedJob = null; state.report = null; route(); });
   $("#learning-refresh").addEventListener("click", () => route());
-  const onFilter = () => writeHash({ env: $("#f-env").value, outcome: $("#f-outcome").value,
+  const onFilter = () => writeHash({ env: $("#f-env").value, role: $("#f-role").value, outcome: $("#f-outcome").value,
                                      rmin: $("#f-rmin").value, rmax: $("#f-rmax").value });
-  for (const id of ["#f-env", "#f-outcome", "#f-rmin", "#f-rmax"]) $(id).addEventListener("change", onFilter);
+  for (const id of ["#f-env", "#f-role", "#f-outcome", "#f-rmin", "#f-rmax"]) $(id).addEventListener("change", onFilter);
   window.addEventListener("hashchange", route);
   route();
 }

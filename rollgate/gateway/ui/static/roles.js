@@ -1,0 +1,64 @@
+// Rollgate viewer: multi-role episodes (docs/roles.md). An `episode` line of the results stream
+// holds one trajectory per role; the list shows each role's trajectory as a row, and opening any
+// of them shows the whole episode with its roles side by side. Loaded before app.js, whose helpers
+// (el, fmt, kv, pretty, outcomeBadge, renderTurns, renderItem, writeHash, state, $) these use.
+"use strict";
+
+// One `episode` record -> its role trajectories as list records, and the episode kept by id.
+function addEpisode(rec, records) {
+  const ep = { ...rec, roles: [] };
+  for (const t of rec.trajectories || []) {
+    const r = normalise({ ...t, episode_id: t.episode_id || rec.episode_id }, records.length);
+    r._episode = rec.episode_id;
+    records.push(r);
+    ep.roles.push(r);
+  }
+  delete ep.trajectories; // the role records above are the one copy
+  state.episodes[rec.episode_id] = ep;
+}
+
+function sampling(policy) {
+  const s = policy?.sampling || {};
+  return Object.keys(s).length ? Object.entries(s).map(([k, v]) => k + " " + v).join(", ") : null;
+}
+
+function renderRole(r, selected) {
+  const parts = [
+    el("h3", { class: "role-name" }, r.role || "?"),
+    el("div", { class: "headline" }, outcomeBadge(r.outcome),
+      el("span", { class: "reward" }, "reward ", el("b", { class: "role-reward" }, fmt(r.reward)))),
+  ];
+  if (r.error) {
+    parts.push(el("div", { class: "error role-error" }, el("b", {}, r.error.kind), " in ",
+      el("b", {}, r.error.component), ": ", r.error.message));
+  }
+  parts.push(kv([["model", r.policy?.model], ["policy version", r.policy?.policy_version],
+    ["sampling", sampling(r.policy)], ["trajectory", el("span", { class: "mono", title: r._id }, r._id)],
+    ["attempts", r.attempts > 1 ? r.attempts : null], ["time (s)", fmt(r.timings?.total_s, 2)]]));
+  if (r.reward_components) {
+    parts.push(kv(Object.entries(r.reward_components).map(([k, v]) => [k, fmt(v)])));
+  }
+  parts.push(el("h4", {}, "Turns"), renderTurns(r.turns));
+  parts.push(el("h4", {}, "Conversation"), el("div", { class: "conversation" }, (r.messages || []).map(renderItem)));
+  if (r.metrics && Object.keys(r.metrics).length) {
+    parts.push(el("details", {}, el("summary", {}, "Metrics"), el("pre", {}, pretty(r.metrics))));
+  }
+  return el("section", { class: "role-col" + (selected ? " selected" : ""), data: { role: r.role || "", traj: r._id } },
+    ...parts);
+}
+
+function renderEpisode(pane, ep, selectedId) {
+  const first = ep.roles[0] || {};
+  const parts = [el("p", {}, el("a", { href: "#", id: "to-overview", onclick: (e) => { e.preventDefault(); writeHash({ traj: "" }); } },
+    "\u2190 job overview")),
+    el("h2", {}, "Episode ", el("span", { class: "mono", id: "detail-episode", title: ep.episode_id }, ep.episode_id)),
+    el("div", { class: "headline" }, outcomeBadge(ep.outcome), el("span", { class: "muted" }, ep.roles.length + " roles"))];
+  parts.push(kv([["job", ep.job_id], ["task", first.task?.task_id], ["env", first.task?.env], ["seed", first.task?.seed],
+    ["group", ep.group_id ? ep.group_id + " #" + (ep.sample_index ?? 0) : null]]));
+  parts.push(el("div", { class: "roles" }, ep.roles.map((r) => renderRole(r, r._id === selectedId))));
+  if (first.task?.row) parts.push(el("details", {}, el("summary", {}, "Task row"), el("pre", {}, pretty(first.task.row))));
+  const raw = { ...ep, trajectories: ep.roles.map(({ _id, _index, _episode, ...t }) => t) };
+  delete raw.roles;
+  parts.push(el("details", {}, el("summary", {}, "Raw episode record"), el("pre", {}, pretty(raw))));
+  pane.replaceChildren(...parts);
+}
