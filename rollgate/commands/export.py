@@ -32,6 +32,15 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         metavar="R",
         help="keep only trajectories with reward >= R (failed episodes have no reward)",
     )
+    p.add_argument(
+        "--role",
+        dest="roles",
+        action="append",
+        default=None,
+        metavar="ROLE",
+        help="multi-role trajectories (collect --roles): keep only this role's (repeat for several); "
+        "default: every role's trajectory, each a sample with its role recorded (shared weights)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,12 +51,14 @@ def run(args: argparse.Namespace) -> int:
         print("rollgate export: --min-reward must be a finite number", file=sys.stderr)
         return 2
     try:
-        stats = export(Path(args.src), Path(args.dst), args.fmt, min_reward=args.min_reward)
+        stats = export(Path(args.src), Path(args.dst), args.fmt, min_reward=args.min_reward, roles=args.roles)
     except RollgateError as exc:
         print(f"rollgate export: {args.src}: {exc.message}", file=sys.stderr)
         return 2
     print(
         f"wrote {stats.written} of {stats.read} trajectories to {args.dst} ({args.fmt}); "
-        f"{stats.filtered} filtered out, {stats.skipped_failures} failure records skipped"
+        f"{stats.filtered} filtered out, "
+        + (f"{stats.other_roles} of other roles left out, " if args.roles else "")
+        + f"{stats.skipped_failures} failure records skipped"
     )
     return 0

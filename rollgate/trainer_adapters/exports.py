@@ -1,5 +1,8 @@
 """`rollgate export`: trajectory JSONL -> jsonl | parquet | sft, all or nothing.
 
+Multi-role trajectories (docs/roles.md) are exported one sample per role's trajectory with its
+`role` and `episode_id` kept (every role, for shared weights), or only the roles asked for.
+
 Every input line is validated (JSON, schema_version, the Trajectory schema) before the output
 exists under its final name: output goes to a temporary file beside the target and is renamed into
 place only when the whole input was read, so a bad line never leaves a partial file behind.
@@ -12,8 +15,8 @@ import enum
 import logging
 import os
 import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -47,6 +50,8 @@ class ExportStats:
     written: int = 0
     skipped_failures: int = 0  # FailureRecord lines (tasks that never became trajectories)
     filtered: int = 0  # trajectories left out by the format's or the threshold's filter
+    other_roles: int = 0  # trajectories of roles not asked for (or of no role) with `roles`
+    roles_seen: set[str] = field(default_factory=set)  # the roles of the input's trajectories
 
 
 def read_trajectories(path: Path, stats: ExportStats | None = None) -> Iterator[Trajectory]:
@@ -115,9 +120,18 @@ def atomic_output(path: Path) -> Iterator[Path]:
 
 
 def _selected(
-    trajs: Iterator[Trajectory], fmt: ExportFormat, min_reward: float | None, stats: ExportStats
+    trajs: Iterator[Trajectory],
+    fmt: ExportFormat,
+    min_reward: float | None,
+    roles: frozenset[str] | None,
+    stats: ExportStats,
 ) -> Iterator[Trajectory]:
     for t in trajs:
+        if t.role is not None:
+            stats.roles_seen.add(t.role)
+        if roles is not None and t.role not in roles:
+            stats.other_roles += 1
+            continue
         if fmt is ExportFormat.sft:
             keep = keep_for_sft(t, min_reward)
         else:
@@ -129,10 +143,37 @@ def _selected(
             stats.filtered += 1
 
 
-def export(src: Path, dst: Path, fmt: ExportFormat | str, *, min_reward: float | None = None) -> ExportStats:
+def check_roles(asked: frozenset[str], seen: set[str]) -> None:
+    """Every role asked for must be a role of the input: a typo must not export an empty file."""
+    unknown = sorted(asked - seen)
+    if not unknown:
+        return
+    if not seen:
+        raise ExportError(
+            f"--role {unknown[0]}: the input holds no multi-role trajectories (none has a `role`); "
+            "--role selects among the per-role trajectories of `rollgate collect --roles` (docs/roles.md)",
+            field="role",
+        )
+    raise ExportError(
+        f"--role {unknown[0]}: no trajectory of this role in the input; its roles are {', '.join(sorted(seen))}",
+        field="role",
+    )
+
+
+def export(
+    src: Path,
+    dst: Path,
+    fmt: ExportFormat | str,
+    *,
+    min_reward: float | None = None,
+    roles: Sequence[str] | None = None,
+) -> ExportStats:
     """Export `src` (trajectory JSONL) to `dst`. With `min_reward`, keep only trajectories whose
-    reward is >= it (failed ones have none and are left out); sft keeps completed episodes only."""
+    reward is >= it (failed ones have none and are left out); sft keeps completed episodes only.
+    With `roles`, keep only the trajectories of those roles (multi-role input; an unknown role is
+    an ExportError naming the input's roles); without, every role's trajectory is a sample."""
     fmt = ExportFormat(fmt)
+    asked = frozenset(roles) if roles else None
     if Path(src).resolve() == Path(dst).resolve():
         raise ExportError("--out must differ from --in", field="out")
     if fmt is ExportFormat.parquet:
@@ -141,7 +182,7 @@ def export(src: Path, dst: Path, fmt: ExportFormat | str, *, min_reward: float |
         except ImportError as exc:
             raise ExportError(str(exc), field="format") from None
     stats = ExportStats()
-    trajs = _selected(read_trajectories(Path(src), stats), fmt, min_reward, stats)
+    trajs = _selected(read_trajectories(Path(src), stats), fmt, min_reward, asked, stats)
     with atomic_output(Path(dst)) as tmp:
         if fmt is ExportFormat.parquet:
             write_parquet(trajs, tmp)
@@ -150,13 +191,16 @@ def export(src: Path, dst: Path, fmt: ExportFormat | str, *, min_reward: float |
                 for t in trajs:
                     record = to_sft_record(t) if fmt is ExportFormat.sft else t.model_dump(mode="json")
                     out.write(jsonutil.dumps(record) + b"\n")
+        if asked is not None:
+            check_roles(asked, stats.roles_seen)  # before the rename: no file for a bad --role
     log.info(
-        "exported %d of %d trajectories to %s (%s); %d filtered, %d failure records skipped",
+        "exported %d of %d trajectories to %s (%s); %d filtered, %d of other roles, %d failure records skipped",
         stats.written,
         stats.read,
         dst,
         fmt.value,
         stats.filtered,
+        stats.other_roles,
         stats.skipped_failures,
     )
     return stats

@@ -43,6 +43,8 @@ class InProcessRollgate:
         max_batch_size: int = 64,
         weight_version: str = "step-0",
         share_weights: bool = True,
+        roles: dict[str, Any] | None = None,
+        train_role: str | None = None,
     ):
         from rollgate.model_server.local import LocalBackend
         from rollgate.model_server.service import ModelService
@@ -63,7 +65,10 @@ class InProcessRollgate:
         # The one composition root: environments get their settings (e.g. the code sandbox's).
         self.stack = local_stack(settings, service=self.service, envs=envs)
         self.agent = self.stack.agent
-        self.rollouts = AgentRollouts(self.agent, concurrency=concurrency)
+        # with roles (docs/roles.md) the stack's agent set plays the episodes: the trained role is
+        # this model, the others the policies `roles` gives them (models of `settings.role_models`)
+        runner = self.stack.agents if roles is not None else self.agent
+        self.rollouts = AgentRollouts(runner, concurrency=concurrency, roles=roles, train_role=train_role)
 
     @property
     def weight_version(self) -> str | None:

@@ -79,6 +79,8 @@ def to_rollout_result(traj: Trajectory, *, pad_token_id: int = 0) -> dict[str, A
             "trajectory_id": traj.trajectory_id,
             "group_id": traj.group_id,
             "sample_index": traj.sample_index,
+            "role": traj.role,  # multi-role episodes: whose trajectory (None on single-role ones)
+            "episode_id": traj.episode_id,
             "task_id": traj.task.task_id,
             "outcome": traj.outcome.value,
             "metrics": dict(traj.metrics),
@@ -95,15 +97,17 @@ def to_rollout_result(traj: Trajectory, *, pad_token_id: int = 0) -> dict[str, A
 def to_rollout_batch(trajs: Sequence[Trajectory], *, pad_token_id: int = 0) -> list[dict[str, Any]]:
     """Convert a batch; a failed episode's placeholder reward becomes the mean reward of the
     successful episodes of its group (GRPO baselines average over the whole group: a fake 0 would
-    bias every sibling's advantage). With no successful sibling it stays 0.0, masked anyway."""
+    bias every sibling's advantage). With no successful sibling it stays 0.0, masked anyway.
+    A multi-role group is one role's samples of a row, (group_id, role): in a zero-sum game the
+    roles' rewards of one row average to 0, never a baseline for either role."""
     results = [to_rollout_result(t, pad_token_id=pad_token_id) for t in trajs]
-    ok_rewards: dict[str, list[float]] = {}
+    ok_rewards: dict[tuple[str, str | None], list[float]] = {}
     for t in trajs:
         if t.ok and t.reward is not None:
-            ok_rewards.setdefault(t.group_id, []).append(float(t.reward))
+            ok_rewards.setdefault((t.group_id, t.role), []).append(float(t.reward))
     for t, r in zip(trajs, results, strict=True):
-        if not t.ok and ok_rewards.get(t.group_id):
-            group = ok_rewards[t.group_id]
+        group = ok_rewards.get((t.group_id, t.role))
+        if not t.ok and group:
             r["total_reward"] = sum(group) / len(group)
     return results
 

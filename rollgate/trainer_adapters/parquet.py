@@ -40,6 +40,8 @@ SCHEMA = pa.schema(
         ("trajectory_id", pa.string()),
         ("group_id", pa.string()),
         ("sample_index", pa.int32()),
+        ("role", pa.string()),  # multi-role episodes (docs/roles.md); null on single-role ones
+        ("episode_id", pa.string()),
         ("job_id", pa.string()),
         ("env", pa.string()),
         ("task_id", pa.string()),
@@ -75,6 +77,8 @@ def to_row(t: Trajectory) -> dict[str, Any]:
         "trajectory_id": t.trajectory_id,
         "group_id": t.group_id,
         "sample_index": t.sample_index,
+        "role": t.role,
+        "episode_id": t.episode_id,
         "job_id": t.job_id,
         "env": t.task.env,
         "task_id": t.task.task_id,
@@ -117,6 +121,8 @@ def from_row(r: dict[str, Any]) -> Trajectory:
             "trajectory_id": r["trajectory_id"],
             "group_id": r["group_id"],
             "sample_index": r["sample_index"],
+            "role": r.get("role"),  # absent in files written before roles
+            "episode_id": r.get("episode_id"),
             "job_id": r["job_id"],
             "task": {
                 "env": r["env"],

@@ -14,9 +14,18 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from rollgate.agent_server.agent import RunContext
-from rollgate.core.errors import ProtocolError
+from rollgate.core.errors import BadRequest, ProtocolError
 from rollgate.core.rows import Task, group_id, parse_row
-from rollgate.core.schemas import FailureRecord, Outcome, PolicyRef, TaskRef, TaskRow, Trajectory
+from rollgate.core.schemas import (
+    EpisodeRecord,
+    FailureRecord,
+    Outcome,
+    PolicyRef,
+    RolePolicy,
+    TaskRef,
+    TaskRow,
+    Trajectory,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,19 +41,95 @@ class RolloutSource(Protocol):
     ) -> list[list[Trajectory]]: ...
 
 
-class AgentRollouts:
-    """The embedded shape: episodes run by an in-process Agent (rollgate.agent_server.agent)."""
+def check_train_role(roles: dict[str, Any], train_role: str | None) -> dict[str, Any]:
+    """`roles` as policies, checked for training `train_role`: it must be one of them, and it is
+    played by the gateway's own model under the trainer's policy version (the policy trained)."""
+    if train_role is None:
+        raise BadRequest(
+            "roles needs train_role: the role whose trajectories the trainer trains on",
+            component="trainer",
+            field="train_role",
+        )
+    if train_role not in roles:
+        raise BadRequest(
+            f"train_role {train_role!r} is not a role of `roles`; they are {', '.join(sorted(roles))}",
+            component="trainer",
+            field="train_role",
+        )
+    out = {}
+    for role, policy in roles.items():
+        try:
+            out[role] = RolePolicy.model_validate(policy).model_dump(mode="json", exclude_none=True)
+        except ValueError as exc:
+            raise BadRequest(f"roles.{role}: {exc}", component="trainer", field=f"roles.{role}") from None
+    for key in ("model", "policy_version"):
+        if key in out[train_role]:
+            raise BadRequest(
+                f"roles.{train_role}.{key}: the trained role is played by the gateway's own model, tagged "
+                "with the trainer's policy version; give a model or version to the other roles only",
+                component="trainer",
+                field=f"roles.{train_role}.{key}",
+            )
+    return out
 
-    def __init__(self, agent: Any, *, concurrency: int = 64, env: str | None = None):
+
+def trained_trajectory(episode: EpisodeRecord, train_role: str | None) -> Trajectory:
+    """The trained role's trajectory of a multi-role episode."""
+    for t in episode.trajectories:
+        if t.role == train_role:
+            return t
+    raise ProtocolError(
+        f"episode {episode.episode_id} has no trajectory of role {train_role!r}",
+        component="agent",
+        field="trajectories",
+    )
+
+
+class AgentRollouts:
+    """The embedded shape: episodes run by an in-process Agent (rollgate.agent_server.agent).
+    With `roles`, `agent` is the stack's AgentSet (it plays multi-role episodes) and each episode
+    gives `train_role`'s trajectory, as GatewayRollouts does."""
+
+    def __init__(
+        self,
+        agent: Any,
+        *,
+        concurrency: int = 64,
+        env: str | None = None,
+        roles: dict[str, Any] | None = None,
+        train_role: str | None = None,
+    ):
         self.agent = agent
         self.env = env
         self._limit = asyncio.Semaphore(concurrency) if concurrency > 0 else None
+        if roles is None and train_role is not None:
+            raise BadRequest("train_role needs roles: every role's policy", component="trainer", field="roles")
+        self.roles = check_train_role(roles, train_role) if roles is not None else None
+        self.train_role = train_role
 
     async def _one(self, task: Task, ctx: RunContext) -> Trajectory:
         if self._limit is None:
-            return await self.agent.run(task, ctx)
-        async with self._limit:
-            return await self.agent.run(task, ctx)
+            result = await self.agent.run(task, ctx)
+        else:
+            async with self._limit:
+                result = await self.agent.run(task, ctx)
+        return trained_trajectory(result, self.train_role) if isinstance(result, EpisodeRecord) else result
+
+    def _check_env(self, task: Task, where: str) -> None:
+        """Roles only on a multi-role environment, every role mapped (names the role)."""
+        from rollgate.agent_server.roles import check_roles
+        from rollgate.jobs.roles import declared_roles
+
+        declared = declared_roles(task.env)
+        if declared is None:
+            return  # not installed here: the runner checks the roles
+        if not declared:
+            raise BadRequest(
+                f"{where}.env: {task.env} has a single role; `roles` needs a multi-role environment",
+                component="trainer",
+                field=f"{where}.env",
+            )
+        check_roles(list(declared), self.roles or {}, env=task.env, component="trainer")
 
     async def collect(self, rows, repeats, *, sampling, policy_version):
         job = f"job_{uuid.uuid4().hex[:12]}"
@@ -54,8 +139,12 @@ class AgentRollouts:
             task = parse_row(
                 row, env=self.env, known_envs=self.agent.envs, row_index=i, where=f"rows[{i}]", component="trainer"
             )
+            if self.roles is not None:
+                self._check_env(task, f"rows[{i}]")
             for j in range(k):
-                ctx = RunContext(job_id=job, sample_index=j, policy_version=policy_version, sampling=dict(sampling))
+                ctx = RunContext(
+                    job_id=job, sample_index=j, policy_version=policy_version, sampling=dict(sampling), roles=self.roles
+                )
                 coros.append(self._one(task, ctx))
         flat = await asyncio.gather(*coros)
         out, pos = [], 0
@@ -82,13 +171,30 @@ def _failed(failure: FailureRecord, row: dict[str, Any], job_id: str, sample_ind
 
 class GatewayRollouts:
     """The distributed shape: a rollout job on a Rollgate gateway (POST /v1/rollouts, then its
-    NDJSON results stream, resumed by cursor after a disconnect: rollgate.client.gateway)."""
+    NDJSON results stream, resumed by cursor after a disconnect: rollgate.client.gateway).
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, env: str | None = None, timeout_s: float = 3600.0):
+    With `roles` (a multi-role environment, docs/roles.md), each job maps every role to its policy
+    and the trainer gets `train_role`'s trajectory of each episode; the other roles are played by
+    the policies `roles` gives them (a frozen opponent: a `model` of the gateway's `role_models`)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        env: str | None = None,
+        timeout_s: float = 3600.0,
+        roles: dict[str, Any] | None = None,
+        train_role: str | None = None,
+    ):
         self.base_url = base_url
         self.api_key = api_key
         self.env = env
         self.timeout_s = timeout_s
+        if roles is None and train_role is not None:
+            raise BadRequest("train_role needs roles: every role's policy", component="trainer", field="roles")
+        self.roles = check_train_role(roles, train_role) if roles is not None else None
+        self.train_role = train_role
 
     async def collect(self, rows, repeats, *, sampling, policy_version):
         out: list[list[Trajectory | None]] = [[None] * k for k in repeats]
@@ -114,10 +220,18 @@ class GatewayRollouts:
 
         rows = [r.row() if isinstance(r, TaskRow) else r for r in rows]
         with RolloutClient(self.base_url, api_key=self.api_key) as client:
-            job = client.submit(rows, env=self.env, repeats=repeats, sampling=sampling, policy_version=policy_version)
+            job = client.submit(
+                rows, env=self.env, repeats=repeats, sampling=sampling, policy_version=policy_version, roles=self.roles
+            )
             for line in client.results(job["job_id"]):
                 if line.get("type") in ("trajectory", "failure"):
                     self._place(line["record"], rows, slots, job["job_id"], out)
+                elif line.get("type") == "episode":
+                    self._place(self._trained(line["record"]), rows, slots, job["job_id"], out)
+
+    def _trained(self, rec: dict[str, Any]) -> dict[str, Any]:
+        """The trained role's trajectory of an episode record."""
+        return trained_trajectory(EpisodeRecord.model_validate(rec), self.train_role).model_dump(mode="json")
 
     @staticmethod
     def _place(rec: dict[str, Any], rows, slots, job_id, out) -> None:

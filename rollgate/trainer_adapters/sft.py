@@ -92,4 +92,6 @@ def to_sft_record(traj: Trajectory) -> dict[str, Any]:
     if tools:
         record["tools"] = tools
     record.update(trajectory_id=traj.trajectory_id, env=traj.task.env, task_id=traj.task.task_id, reward=traj.reward)
+    if traj.role is not None:  # a multi-role episode's trajectory: whose transcript this is
+        record.update(role=traj.role, episode_id=traj.episode_id)
     return record

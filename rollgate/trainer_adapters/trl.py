@@ -235,6 +235,7 @@ class RollgateRolloutFunc:
                 "rollgate_outcome",
                 "rollgate_trajectory_id",
                 "rollgate_turns",
+                "rollgate_role",
             )
         }
         failed = 0
@@ -250,6 +251,7 @@ class RollgateRolloutFunc:
             out["rollgate_outcome"].append(t.outcome.value)
             out["rollgate_trajectory_id"].append(t.trajectory_id)
             out["rollgate_turns"].append(len(t.turns))
+            out["rollgate_role"].append(t.role)  # a multi-role episode's trained role (None: single-role)
             failed += not t.ok
         if failed:
             log.warning("%d of %d episodes failed; they are masked out of this step", failed, len(trajs))
