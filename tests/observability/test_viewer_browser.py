@@ -155,8 +155,16 @@ def test_viewer_lists_each_roles_trajectory_of_a_multi_role_job(browser, viewer_
     assert browser.eval("document.querySelector('#f-role-label').hidden") is False
     open_view(browser, viewer_url, f"#job={ROLES_JOB}&role=player_1&outcome=completed")
     assert browser.eval(ROWS) == ["traj_ep_won_player_1"]
-    open_view(browser, viewer_url, f"#job={JOB}")  # a single-role job has no role filter
+    summary = browser.eval(
+        "[...document.querySelectorAll('#role-summary tbody tr')].map(r => [...r.cells].map(c => c.textContent))"
+    )
+    assert summary == [
+        ["player_0", "2", "1", "completed 1, model_error 1"],
+        ["player_1", "2", "-1", "completed 1, model_error 1"],
+    ]
+    open_view(browser, viewer_url, f"#job={JOB}")  # a single-role job has no role filter and no role table
     assert browser.eval("document.querySelector('#f-role-label').hidden") is True
+    assert browser.eval("document.querySelector('#role-summary')") is None
 
 
 def test_viewer_shows_an_episodes_roles_side_by_side(browser, viewer_url):

@@ -17,6 +17,27 @@ function addEpisode(rec, records) {
   state.episodes[rec.episode_id] = ep;
 }
 
+// A roles job's overview: per role its trajectories, mean reward and outcomes (null: no roles).
+function roleSummary(records) {
+  const by = new Map();
+  for (const r of records) {
+    if (!r.role) continue;
+    const s = by.get(r.role) || { n: 0, rewards: [], outcomes: {} };
+    s.n += 1;
+    if (typeof r.reward === "number") s.rewards.push(r.reward);
+    s.outcomes[r.outcome] = (s.outcomes[r.outcome] || 0) + 1;
+    by.set(r.role, s);
+  }
+  if (!by.size) return null;
+  const mean = (xs) => (xs.length ? fmt(xs.reduce((a, b) => a + b, 0) / xs.length) : "—");
+  return el("table", { class: "report", id: "role-summary" },
+    el("thead", {}, el("tr", {}, ["role", "trajectories", "mean reward", "outcomes"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, [...by.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([role, s]) =>
+      el("tr", { data: { role } }, el("td", {}, role), el("td", { class: "num" }, s.n),
+        el("td", { class: "num" }, mean(s.rewards)),
+        el("td", {}, Object.entries(s.outcomes).map(([o, n]) => o + " " + n).join(", "))))));
+}
+
 function sampling(policy) {
   const s = policy?.sampling || {};
   return Object.keys(s).length ? Object.entries(s).map(([k, v]) => k + " " + v).join(", ") : null;

@@ -31,6 +31,8 @@ function renderJobOverview(pane) {
     parts.push(el("div", { id: "outcomes", class: "chart-box" }, stackedBars({ keys: OUTCOMES,
       rows: [...byEnv.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([label, counts]) => ({ label, counts })) })));
   } else parts.push(el("p", { class: "muted", id: "outcomes" }, "no records yet"));
+  const roles = roleSummary(state.records);
+  if (roles) parts.push(el("h3", {}, "Roles" + note), roles);
   if (job.purpose === "eval") parts.push(el("h3", {}, "Evaluation report"), renderReport(state.report));
   pane.replaceChildren(...parts);
 }
