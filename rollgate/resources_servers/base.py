@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import inspect
 import random
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -167,9 +168,19 @@ class EnvRuntime:
 
     component = "env"
 
-    def __init__(self, env: Environment, store: SessionStore, *, metrics: Metrics | None = None):
+    def __init__(
+        self,
+        env: Environment,
+        store: SessionStore,
+        *,
+        metrics: Metrics | None = None,
+        tasks: Callable[..., list[dict[str, Any]]] | None = None,
+    ):
+        """`tasks`: the environment's task generator (its registry entry's, `make_runtime`), which
+        OpenEnv's reset without a task draws from; None: its module's `example_tasks`, if any."""
         self.env = env
         self.store = store
+        self.tasks = tasks
         self._tool_counter = (metrics if metrics is not None else Metrics.off()).tool_calls
         self.specs = env.tool_specs()
         self._schemas = env.tool_schemas()
