@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import cpu_seconds, print_table, write_results
+from benchmarks.measure import alternating, counters_since, median_of
 
 SCENARIOS = ("8-turn episodes", "group of 8", "group x 8 turns")
 
@@ -98,15 +99,11 @@ async def run_scenario(backend, work: Workload, name: str, rnd: int) -> dict:
     cpu0, started = cpu_seconds(engine_thread), time.perf_counter()
     done = await asyncio.gather(*(episode(backend, work, task, turns, seed) for task, turns, seed in jobs))
     wall, cpu = time.perf_counter() - started, cpu_seconds(engine_thread) - cpu0
-    stats = backend.engine.stats
     return {
         "per_episode_s": [spent for spent, _ in done],
         "wall_s": wall,
         "engine_cpu_s_per_episode": cpu / len(jobs),
-        "prefill_tokens": stats["prefill_tokens"] - before["prefill_tokens"],
-        "reused_tokens": stats["reused_tokens"] - before["reused_tokens"],
-        "prefill_s": stats["prefill_s"] - before["prefill_s"],
-        "decode_s": stats["decode_s"] - before["decode_s"],
+        **counters_since(before, backend.engine.stats, ("prefill_tokens", "reused_tokens", "prefill_s", "decode_s")),
         "gens": [g for _, gens in done for g in gens],
     }
 
@@ -139,7 +136,7 @@ async def main_async(args) -> dict:
         runs: dict[str, dict[str, list[dict]]] = {s: {"on": [], "off": []} for s in SCENARIOS}
         for rnd in range(args.rounds):
             for name in SCENARIOS:
-                for side in ("on", "off") if rnd % 2 == 0 else ("off", "on"):
+                for side in alternating(("on", "off"), rnd):
                     runs[name][side].append(await run_scenario(sides[side], work, name, rnd))
         rows = [summarise(name, runs[name], args) for name in SCENARIOS]
         return {
@@ -176,28 +173,25 @@ def summarise(name: str, runs: dict[str, list[dict]], args) -> dict:
             same_ids &= g_on.token_ids == g_off.token_ids
             if g_on.token_ids == g_off.token_ids:
                 worst = max(worst, max(abs(x - y) for x, y in zip(g_on.log_probs, g_off.log_probs, strict=True)))
+    off, on = runs["off"], runs["on"]
     return {
         "scenario": name,
-        "episodes": len(runs["on"][0]["per_episode_s"]),
+        "episodes": len(on[0]["per_episode_s"]),
         "model_s_per_episode_off": round(med["off"], 3),
         "model_s_per_episode_on": round(med["on"], 3),
         "ratio": round(med["off"] / med["on"], 2),
         "ratio_per_round": [round(x, 2) for x in per_round],
-        "engine_cpu_s_per_episode_off": round(statistics.median(r["engine_cpu_s_per_episode"] for r in runs["off"]), 3),
-        "engine_cpu_s_per_episode_on": round(statistics.median(r["engine_cpu_s_per_episode"] for r in runs["on"]), 3),
-        "cpu_ratio": round(
-            statistics.median(r["engine_cpu_s_per_episode"] for r in runs["off"])
-            / statistics.median(r["engine_cpu_s_per_episode"] for r in runs["on"]),
-            2,
-        ),
-        "wall_s_off": round(statistics.median(r["wall_s"] for r in runs["off"]), 3),
-        "wall_s_on": round(statistics.median(r["wall_s"] for r in runs["on"]), 3),
-        "prefill_s_off": round(statistics.median(r["prefill_s"] for r in runs["off"]), 3),
-        "prefill_s_on": round(statistics.median(r["prefill_s"] for r in runs["on"]), 3),
-        "decode_s_off": round(statistics.median(r["decode_s"] for r in runs["off"]), 3),
-        "decode_s_on": round(statistics.median(r["decode_s"] for r in runs["on"]), 3),
-        "prefill_tokens_off": runs["off"][0]["prefill_tokens"],
-        "prefill_tokens_on": runs["on"][0]["prefill_tokens"],
+        "engine_cpu_s_per_episode_off": median_of(off, "engine_cpu_s_per_episode", 3),
+        "engine_cpu_s_per_episode_on": median_of(on, "engine_cpu_s_per_episode", 3),
+        "cpu_ratio": round(median_of(off, "engine_cpu_s_per_episode") / median_of(on, "engine_cpu_s_per_episode"), 2),
+        "wall_s_off": median_of(off, "wall_s", 3),
+        "wall_s_on": median_of(on, "wall_s", 3),
+        "prefill_s_off": median_of(off, "prefill_s", 3),
+        "prefill_s_on": median_of(on, "prefill_s", 3),
+        "decode_s_off": median_of(off, "decode_s", 3),
+        "decode_s_on": median_of(on, "decode_s", 3),
+        "prefill_tokens_off": off[0]["prefill_tokens"],
+        "prefill_tokens_on": on[0]["prefill_tokens"],
         "same_token_ids": same_ids,
         "max_abs_logprob_diff": float(f"{worst:.2e}"),
     }

@@ -14,36 +14,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 from benchmarks.common import print_table, spread, write_results
+from benchmarks.measure import closed_loop, median_of
 
 LEVELS = (1, 16, 64)
 
 
 async def run_level(service, concurrency: int, requests: int, tokens: int, offset: int) -> dict:
-    slots = asyncio.Semaphore(concurrency)
-
     async def one(i: int) -> int:
-        async with slots:
-            resp = await service.create(
-                {
-                    "model": "rollgate-tiny",
-                    "input": f"Request {i}: what is {i} + 1?",
-                    "max_output_tokens": tokens,
-                    "temperature": 1.0,
-                    "seed": i,
-                    "metadata": {"rollgate_training": "true", "rollgate_ignore_eos": "true"},
-                }
-            )
+        resp = await service.create(
+            {
+                "model": "rollgate-tiny",
+                "input": f"Request {i}: what is {i} + 1?",
+                "max_output_tokens": tokens,
+                "temperature": 1.0,
+                "seed": i,
+                "metadata": {"rollgate_training": "true", "rollgate_ignore_eos": "true"},
+            }
+        )
         return resp["usage"]["output_tokens"]
 
-    started = time.perf_counter()
-    counts = await asyncio.gather(*(one(offset + i) for i in range(requests)))
-    elapsed = time.perf_counter() - started
+    counts, elapsed = await closed_loop(one, concurrency=concurrency, requests=requests, offset=offset)
     produced = sum(counts)
     if produced != requests * tokens:  # ignore_eos makes the work exact; anything else is a bug
         raise RuntimeError(f"expected {requests * tokens} tokens at concurrency {concurrency}, got {produced}")
@@ -75,7 +69,7 @@ async def main_async(args) -> dict:
                     "concurrency": c,
                     "requests": requests,
                     "tokens": runs[0]["tokens"],
-                    "seconds_median": round(statistics.median(r["seconds"] for r in runs), 3),
+                    "seconds_median": median_of(runs, "seconds", 3),
                     "tokens_per_s": round(tps["median"], 1),
                     "tokens_per_s_min": round(tps["min"], 1),
                     "tokens_per_s_max": round(tps["max"], 1),

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import print_table, write_results
+from benchmarks.common import print_table, spread, write_results
+from benchmarks.measure import closed_loop
 
 CALC = {
     "type": "function",
@@ -58,19 +58,13 @@ def _body(mode: str, seed: int, tokens: int) -> dict:
 
 
 async def run(service, mode: str, concurrency: int, requests: int, tokens: int, offset: int) -> dict:
-    slots = asyncio.Semaphore(concurrency)
-    calls = 0
+    async def one(i: int) -> tuple[int, bool]:
+        resp = await service.create(_body(mode, i, tokens))
+        return resp["usage"]["output_tokens"], any(item["type"] == "function_call" for item in resp["output"])
 
-    async def one(i: int) -> int:
-        nonlocal calls
-        async with slots:
-            resp = await service.create(_body(mode, i, tokens))
-        calls += any(item["type"] == "function_call" for item in resp["output"])
-        return resp["usage"]["output_tokens"]
-
-    started = time.perf_counter()
-    produced = sum(await asyncio.gather(*(one(offset + i) for i in range(requests))))
-    elapsed = time.perf_counter() - started
+    done, elapsed = await closed_loop(one, concurrency=concurrency, requests=requests, offset=offset)
+    produced = sum(n for n, _ in done)
+    calls = sum(called for _, called in done)
     return {"tokens": produced, "seconds": elapsed, "ms_per_token": 1000 * elapsed / produced, "calls": calls}
 
 
@@ -97,7 +91,7 @@ async def main_async(args) -> dict:
                     await run(service, mode, concurrency, args.requests, args.tokens, offset=r * args.requests)
                     for r in range(args.repeats)
                 ]
-                ms = [r["ms_per_token"] for r in runs]
+                ms = spread([r["ms_per_token"] for r in runs])
                 rows.append(
                     {
                         "concurrency": concurrency,
@@ -105,9 +99,9 @@ async def main_async(args) -> dict:
                         "requests": args.requests,
                         "tokens_per_run": runs[0]["tokens"],
                         "calls_per_run": runs[0]["calls"],
-                        "ms_per_token": round(statistics.median(ms), 2),
-                        "ms_per_token_min": round(min(ms), 2),
-                        "ms_per_token_max": round(max(ms), 2),
+                        "ms_per_token": round(ms["median"], 2),
+                        "ms_per_token_min": round(ms["min"], 2),
+                        "ms_per_token_max": round(ms["max"], 2),
                     }
                 )
             free = next(r for r in rows if r["concurrency"] == concurrency and r["mode"] == "free")
