@@ -22,13 +22,11 @@ Prints a table (medians over rounds) and writes benchmarks/results/bench_kv_reus
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
+from benchmarks import cli
 from benchmarks.common import cpu_seconds, print_table, write_results
 from benchmarks.measure import alternating, counters_since, median_of
 
@@ -114,10 +112,9 @@ async def main_async(args) -> dict:
 
     from rollgate.model_server.backend import SamplingParams
     from rollgate.model_server.local import LocalBackend
-    from rollgate.model_server.tiny import ensure_tiny_model
 
     torch.set_num_threads(args.threads)
-    model_dir = args.model or str(ensure_tiny_model(Path(tempfile.gettempdir()) / "rollgate-bench" / "tiny-model"))
+    model_dir = cli.model_dir(args.model)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).to(args.device if args.device != "auto" else "cpu")
     work = Workload(tokenizer, args)
@@ -198,22 +195,17 @@ def summarise(name: str, runs: dict[str, list[dict]], args) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="model directory (default: build the tiny model in a temp dir)")
-    p.add_argument("--rounds", type=int, default=5, help="alternating runs of every scenario; medians reported")
-    p.add_argument("--turns", type=int, default=8)
-    p.add_argument("--group", type=int, default=8, help="samples per group")
-    p.add_argument("--episodes", type=int, default=4, help="concurrent episodes of the multi-turn scenario")
+    p = cli.parser(__doc__, whole_doc=True)
+    cli.add_model_flags(p, device="cpu")
+    p.add_argument("--rounds", type=cli.COUNT, default=5, help="alternating runs of every scenario; medians reported")
+    p.add_argument("--turns", type=cli.COUNT, default=8)
+    p.add_argument("--group", type=cli.COUNT, default=8, help="samples per group")
+    p.add_argument("--episodes", type=cli.COUNT, default=4, help="concurrent episodes of the multi-turn scenario")
     p.add_argument("--system-tokens", type=int, default=320, help="system prompt with tool schemas")
     p.add_argument("--tool-tokens", type=int, default=128, help="tokens of each tool output")
-    p.add_argument("--gen-tokens", type=int, default=24, help="tokens generated per call (exact: ignore_eos)")
-    p.add_argument("--kv-cache-mb", type=float, default=1024.0)
-    p.add_argument("--device", default="cpu")
-    # one thread: a tiny model's ops are too small to split, and a busy machine stalls thread barriers
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
+    p.add_argument("--gen-tokens", type=cli.COUNT, default=24, help="tokens generated per call (exact: ignore_eos)")
+    p.add_argument("--kv-cache-mb", type=cli.positive(), default=1024.0)
     args = p.parse_args()
-    if min(args.rounds, args.turns, args.group, args.episodes, args.gen_tokens) < 1:
-        p.error("--rounds, --turns, --group, --episodes and --gen-tokens must be >= 1")
     report = asyncio.run(main_async(args))
     print_table(
         report["results"],

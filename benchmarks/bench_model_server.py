@@ -12,11 +12,9 @@ benchmarks/results/bench_model_server.json."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import tempfile
-from pathlib import Path
 
+from benchmarks import cli
 from benchmarks.common import print_table, spread, write_results
 from benchmarks.measure import closed_loop, median_of
 
@@ -49,10 +47,9 @@ async def main_async(args) -> dict:
 
     from rollgate.model_server.local import LocalBackend
     from rollgate.model_server.service import ModelService
-    from rollgate.model_server.tiny import ensure_tiny_model
 
     torch.set_num_threads(args.threads)
-    model_dir = args.model or str(ensure_tiny_model(Path(tempfile.gettempdir()) / "rollgate-bench" / "tiny-model"))
+    model_dir = cli.model_dir(args.model)
     backend = LocalBackend.from_pretrained(model_dir, device=args.device, max_batch_size=max(LEVELS))
     service = ModelService(backend)
     try:
@@ -95,20 +92,17 @@ async def main_async(args) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="model directory (default: build the tiny model in a temp dir)")
-    p.add_argument("--tokens", type=int, default=64, help="output tokens per request (exact: ignore_eos)")
+    p = cli.parser(__doc__, whole_doc=True)
+    cli.add_model_flags(p)
+    p.add_argument("--tokens", type=cli.COUNT, default=64, help="output tokens per request (exact: ignore_eos)")
     p.add_argument(
-        "--requests-per-slot", type=int, default=2, help="requests per level = this x concurrency (at least 8)"
+        "--requests-per-slot",
+        type=cli.at_least(2),
+        default=2,
+        help="requests per level = this x concurrency (at least 8)",
     )
-    p.add_argument("--repeats", type=int, default=3, help="runs per level; the median is reported")
-    p.add_argument("--device", default="auto")
-    # A tiny model's ops are too small to split over threads; on a busy shared machine the
-    # intra-op thread barriers stall whenever a core is taken, so one thread is the steady choice.
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
+    p.add_argument("--repeats", type=cli.COUNT, default=3, help="runs per level; the median is reported")
     args = p.parse_args()
-    if args.requests_per_slot < 2 or args.repeats < 1 or args.tokens < 1:
-        p.error("--requests-per-slot must be >= 2, --repeats >= 1, --tokens >= 1")
     report = asyncio.run(main_async(args))
     print_table(
         report["results"],

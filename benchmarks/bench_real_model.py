@@ -19,7 +19,6 @@ model directory. Prints tables and writes benchmarks/results/bench_real_model.js
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -28,6 +27,7 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
+from benchmarks import cli
 from benchmarks.common import exit_on_sigterm, free_port, print_table, write_results
 from benchmarks.measure import alternating, closed_loop, counters_since, median_of
 
@@ -186,20 +186,22 @@ async def main_async(args) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.parser(__doc__, whole_doc=True)
     p.add_argument("--model", default="smollm2-135m-instruct", help="registry name or model directory")
-    p.add_argument("--rounds", type=int, default=2, help="alternating rounds of every level; medians reported")
-    p.add_argument("--tokens", type=int, default=64, help="output tokens per request (exact: ignore_eos)")
-    p.add_argument("--min-requests", type=int, default=4, help="requests per level at least (batch 1: sequential)")
-    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads of the local backend (CPU)")
-    p.add_argument("--kv-rounds", type=int, default=2, help="alternating on/off runs of the KV scenario (0: skip)")
-    p.add_argument("--kv-episodes", type=int, default=2, help="concurrent 8-turn episodes")
+    p.add_argument("--rounds", type=cli.COUNT, default=2, help="alternating rounds of every level; medians reported")
+    p.add_argument("--tokens", type=cli.COUNT, default=64, help="output tokens per request (exact: ignore_eos)")
+    p.add_argument(
+        "--min-requests", type=cli.COUNT, default=4, help="requests per level at least (batch 1: sequential)"
+    )
+    p.add_argument("--threads", type=cli.COUNT, default=2, help="torch intra-op threads of the local backend (CPU)")
+    p.add_argument(
+        "--kv-rounds", type=cli.at_least(0), default=2, help="alternating on/off runs of the KV scenario (0: skip)"
+    )
+    p.add_argument("--kv-episodes", type=cli.COUNT, default=2, help="concurrent 8-turn episodes")
     p.add_argument("--kv-system-tokens", type=int, default=256)
     p.add_argument("--kv-tool-tokens", type=int, default=64)
-    p.add_argument("--kv-gen-tokens", type=int, default=24)
+    p.add_argument("--kv-gen-tokens", type=cli.COUNT, default=24)
     args = p.parse_args()
-    if min(args.rounds, args.tokens, args.min_requests, args.threads, args.kv_episodes) < 1 or args.kv_rounds < 0:
-        p.error("--rounds, --tokens, --min-requests, --threads and --kv-episodes must be >= 1, --kv-rounds >= 0")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     exit_on_sigterm()  # `timeout` and Ctrl-C stop the vLLM server too

@@ -12,12 +12,10 @@ benchmarks/results/bench_tool_choice.json."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import tempfile
 import time
-from pathlib import Path
 
+from benchmarks import cli
 from benchmarks.common import print_table, spread, write_results
 from benchmarks.measure import closed_loop
 
@@ -73,10 +71,9 @@ async def main_async(args) -> dict:
 
     from rollgate.model_server.local import LocalBackend
     from rollgate.model_server.service import ModelService
-    from rollgate.model_server.tiny import ensure_tiny_model
 
     torch.set_num_threads(args.threads)
-    model_dir = args.model or str(ensure_tiny_model(Path(tempfile.gettempdir()) / "rollgate-bench" / "tiny-model"))
+    model_dir = cli.model_dir(args.model)
     backend = LocalBackend.from_pretrained(model_dir, device=args.device)
     service = ModelService(backend)
     try:
@@ -122,16 +119,14 @@ async def main_async(args) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="model directory (default: build the tiny model in a temp dir)")
-    p.add_argument("--tokens", type=int, default=64, help="max output tokens per request (free: exactly this)")
-    p.add_argument("--requests", type=int, default=16, help="requests per run")
-    p.add_argument("--repeats", type=int, default=3, help="runs per mode; the median is reported")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
+    p = cli.parser(__doc__, whole_doc=True)
+    cli.add_model_flags(p)
+    p.add_argument(
+        "--tokens", type=cli.at_least(16), default=64, help="max output tokens per request (free: exactly this)"
+    )
+    p.add_argument("--requests", type=cli.COUNT, default=16, help="requests per run")
+    p.add_argument("--repeats", type=cli.COUNT, default=3, help="runs per mode; the median is reported")
     args = p.parse_args()
-    if args.requests < 1 or args.repeats < 1 or args.tokens < 16:
-        p.error("--requests and --repeats must be >= 1, --tokens >= 16")
     report = asyncio.run(main_async(args))
     print_table(
         report["results"],
