@@ -208,7 +208,7 @@ class EnvRuntime:
                 field="env",
             )
         if self.env.Row is not None:
-            self._check_row(task)
+            self._check_row(self.env.Row, task)
         seed = task.seed if task.seed is not None else random.getrandbits(32)
         try:
             out = self.env.seed(task, random.Random(seed))
@@ -223,9 +223,9 @@ class EnvRuntime:
         turn = self.env.turn(state) if self.env.roles else None
         return SeedResponse(session_id=sid, observation=observation, turn=turn)
 
-    def _check_row(self, task: TaskRow) -> None:
+    def _check_row(self, row: type[BaseModel], task: TaskRow) -> None:
         try:
-            self.env.Row.model_validate(task.env_fields, strict=True)  # type: ignore[union-attr]
+            row.model_validate(task.env_fields, strict=True)
         except ValidationError as exc:
             raise field_error(
                 exc, component=self.component, default="row", skip=_TYPE_TAGS, note=f" (a {self.name} row)"
