@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import cli, common
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.parser(__doc__, whole_doc=True)
     p.add_argument("--recipe", default="tiny-math")
     p.add_argument("--out", required=True, help="working directory (the recipe's data and SFT are kept there)")
     p.add_argument(
@@ -39,13 +39,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="--out is a finished `rollgate train` run of the recipe: start from its post-SFT checkpoint as it is",
     )
-    p.add_argument("--steps", type=int, default=10, help="GRPO steps of each run")
-    p.add_argument("--rounds", type=int, default=2, help="runs of each mode, alternating")
-    p.add_argument("--max-staleness", type=int, default=1, help="async: policy versions of staleness allowed")
-    p.add_argument("--train-tasks", type=int, help="override the recipe's (a shorter run)")
-    p.add_argument("--heldout-tasks", type=int, help="override the recipe's")
-    p.add_argument("--sft-epochs", type=float, help="override the recipe's")
-    p.add_argument("--prompts-per-step", type=int, help="override the recipe's")
+    p.add_argument("--steps", type=cli.COUNT, default=10, help="GRPO steps of each run")
+    p.add_argument("--rounds", type=cli.COUNT, default=2, help="runs of each mode, alternating")
+    p.add_argument(
+        "--max-staleness", type=cli.at_least(0), default=1, help="async: policy versions of staleness allowed"
+    )
+    p.add_argument("--train-tasks", type=cli.COUNT, help="override the recipe's (a shorter run)")
+    p.add_argument("--heldout-tasks", type=cli.COUNT, help="override the recipe's")
+    p.add_argument("--sft-epochs", type=cli.positive(), help="override the recipe's")
+    p.add_argument("--prompts-per-step", type=cli.COUNT, help="override the recipe's")
     return p.parse_args(argv)
 
 

@@ -31,7 +31,7 @@ import httpx
 import redis
 import uvloop
 
-from benchmarks import common, stack
+from benchmarks import cli, common, stack
 from benchmarks.bench_overhead import cpu_by_process, cpu_delta, median_rows, redis_server_pid
 from benchmarks.common import Proc, free_port, percentile, rollgate_cmd
 from rollgate.core import jsonutil
@@ -246,7 +246,7 @@ async def main_async(a: argparse.Namespace) -> int:
     common.raise_fd_limit()
     log_dir = Path(tempfile.mkdtemp(prefix="rollgate-bench-cluster-"))
     runs: list[dict[str, Any]] = []
-    for conc in (int(c) for c in a.concurrency.split(",")):
+    for conc in a.concurrency:
         runs += await measure_level(a, conc, log_dir)
     table = median_rows([[r] for r in runs])
     common.print_table(
@@ -280,22 +280,16 @@ async def main_async(a: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--concurrency", default="64,256", help="episodes in flight over all agent workers")
-    ap.add_argument("--tasks", type=int, default=2000, help="tasks per measured job")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--agents", type=int, default=1, help="agent worker processes (the level is split over them)")
-    ap.add_argument("--timeout-s", type=float, default=600.0, help="give up on a job after this long")
+    ap = cli.parser(__doc__)
     ap.add_argument(
-        "--redis-url",
-        default=os.environ.get("ROLLGATE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
-        help="Redis for sessions and the job queue (required: the gateway role needs it)",
+        "--concurrency", type=cli.int_list, default=[64, 256], help="episodes in flight over all agent workers"
     )
-    logging.basicConfig(level=logging.WARNING)
-    common.exit_on_sigterm()
-    a = ap.parse_args()
-    if a.agents < 1 or a.tasks < 1 or a.repeats < 1:
-        ap.error("--agents, --tasks and --repeats must be >= 1")
+    ap.add_argument("--tasks", type=cli.COUNT, default=2000, help="tasks per measured job")
+    ap.add_argument("--repeats", type=cli.COUNT, default=3)
+    ap.add_argument("--agents", type=cli.COUNT, default=1, help="agent worker processes (the level is split over them)")
+    ap.add_argument("--timeout-s", type=cli.positive(), default=600.0, help="give up on a job after this long")
+    cli.add_redis_url(ap, "Redis for sessions and the job queue (required: the gateway role needs it)")
+    a = cli.parse_for_servers(ap)
     if not a.redis_url:
         ap.error("--redis-url: the gateway's job queue needs Redis")
     return uvloop.run(main_async(a))

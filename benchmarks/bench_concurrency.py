@@ -26,7 +26,7 @@ from typing import Any
 
 import uvloop
 
-from benchmarks import common, stack
+from benchmarks import cli, common, stack
 from benchmarks.bench_overhead import API_KEY, serve
 from benchmarks.common import Proc, free_port, python_cmd
 
@@ -179,11 +179,11 @@ async def main_async(a: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--levels", default="1000,5000,10000", type=lambda s: [int(x) for x in s.split(",")])
+    ap = cli.parser(__doc__)
+    ap.add_argument("--levels", default=[1000, 5000, 10000], type=cli.int_list)
     ap.add_argument(
         "--delay-s",
-        type=float,
+        type=cli.positive(),
         default=20.0,
         help="model latency per call; long enough that every episode of a level is open at once",
     )
@@ -193,9 +193,7 @@ def main() -> int:
         default="channel",
         help="agent -> servers: the multiplexed channel (a few sockets in all) or one HTTP request each",
     )
-    logging.basicConfig(level=logging.WARNING)
-    common.exit_on_sigterm()
-    return uvloop.run(main_async(ap.parse_args()))
+    return uvloop.run(main_async(cli.parse_for_servers(ap)))
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@ ratio. Writes benchmarks/results/bench_detokenize.json."""
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
+from benchmarks import cli
 from benchmarks.common import print_table, spread, write_results
 
 TEXT = (
@@ -35,10 +35,10 @@ def per_token_us(tok, ids: list[int], stream: bool) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli.parser(__doc__)
     p.add_argument("--model", action="append", help="model directory (default: the tiny model)")
-    p.add_argument("--tokens", type=int, default=2000)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--tokens", type=cli.COUNT, default=2000)
+    p.add_argument("--repeats", type=cli.COUNT, default=5)
     args = p.parse_args()
     from transformers import AutoTokenizer
 

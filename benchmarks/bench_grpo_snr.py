@@ -31,21 +31,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import cli, common
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.parser(__doc__, whole_doc=True)
     p.add_argument("--run", required=True, help="a `rollgate train` output directory (its data and checkpoints)")
     p.add_argument("--model", help="checkpoint to measure (default: the run's post-SFT checkpoint, work/sft-model)")
-    p.add_argument("--batches", type=int, default=8)
-    p.add_argument("--prompts", type=int, default=16, help="tasks a batch (the recipe's GRPO step has 8)")
-    p.add_argument("--generations", type=int, default=8, help="episodes a task (the GRPO group)")
-    p.add_argument("--show", type=int, default=8, help="parameter tensors listed, by pairwise cosine")
-    args = p.parse_args(argv)
-    if args.batches < 2:
-        p.error("--batches must be >= 2: a cosine needs two gradients")
-    return args
+    # two batches at least: a cosine needs two gradients
+    p.add_argument("--batches", type=cli.at_least(2), default=8)
+    p.add_argument("--prompts", type=cli.COUNT, default=16, help="tasks a batch (the recipe's GRPO step has 8)")
+    p.add_argument("--generations", type=cli.COUNT, default=8, help="episodes a task (the GRPO group)")
+    p.add_argument("--show", type=cli.COUNT, default=8, help="parameter tensors listed, by pairwise cosine")
+    return p.parse_args(argv)
 
 
 def advantages(rewards: list[float | None]) -> list[float]:

@@ -24,7 +24,6 @@ Prints two tables and writes benchmarks/results/bench_guides.json."""
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import random
@@ -32,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import cli
 from benchmarks.common import percentile, print_table, write_results
 
 MAX_STEPS = 400
@@ -305,10 +305,10 @@ def cost_of(guide: Any, tokenizer: Any, eos: int, closers: set[int], docs: int, 
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = cli.parser(__doc__)
     p.add_argument("--model", action="append", help="model directory (repeatable; default: tiny + cached SmolLM2)")
-    p.add_argument("--docs", type=int, default=20, help="random documents per schema for the cost table")
-    p.add_argument("--walks", type=int, default=10, help="random documents per coverage schema")
+    p.add_argument("--docs", type=cli.COUNT, default=20, help="random documents per schema for the cost table")
+    p.add_argument("--walks", type=cli.COUNT, default=10, help="random documents per coverage schema")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--guides", default="native,llguidance,xgrammar")
     args = p.parse_args()

@@ -22,14 +22,13 @@ Prints a table (medians over rounds) and writes benchmarks/results/bench_kv_reus
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
+from benchmarks import cli
 from benchmarks.common import cpu_seconds, print_table, write_results
+from benchmarks.measure import alternating, counters_since, median_of
 
 SCENARIOS = ("8-turn episodes", "group of 8", "group x 8 turns")
 
@@ -98,15 +97,11 @@ async def run_scenario(backend, work: Workload, name: str, rnd: int) -> dict:
     cpu0, started = cpu_seconds(engine_thread), time.perf_counter()
     done = await asyncio.gather(*(episode(backend, work, task, turns, seed) for task, turns, seed in jobs))
     wall, cpu = time.perf_counter() - started, cpu_seconds(engine_thread) - cpu0
-    stats = backend.engine.stats
     return {
         "per_episode_s": [spent for spent, _ in done],
         "wall_s": wall,
         "engine_cpu_s_per_episode": cpu / len(jobs),
-        "prefill_tokens": stats["prefill_tokens"] - before["prefill_tokens"],
-        "reused_tokens": stats["reused_tokens"] - before["reused_tokens"],
-        "prefill_s": stats["prefill_s"] - before["prefill_s"],
-        "decode_s": stats["decode_s"] - before["decode_s"],
+        **counters_since(before, backend.engine.stats, ("prefill_tokens", "reused_tokens", "prefill_s", "decode_s")),
         "gens": [g for _, gens in done for g in gens],
     }
 
@@ -117,10 +112,9 @@ async def main_async(args) -> dict:
 
     from rollgate.model_server.backend import SamplingParams
     from rollgate.model_server.local import LocalBackend
-    from rollgate.model_server.tiny import ensure_tiny_model
 
     torch.set_num_threads(args.threads)
-    model_dir = args.model or str(ensure_tiny_model(Path(tempfile.gettempdir()) / "rollgate-bench" / "tiny-model"))
+    model_dir = cli.model_dir(args.model)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).to(args.device if args.device != "auto" else "cpu")
     work = Workload(tokenizer, args)
@@ -139,7 +133,7 @@ async def main_async(args) -> dict:
         runs: dict[str, dict[str, list[dict]]] = {s: {"on": [], "off": []} for s in SCENARIOS}
         for rnd in range(args.rounds):
             for name in SCENARIOS:
-                for side in ("on", "off") if rnd % 2 == 0 else ("off", "on"):
+                for side in alternating(("on", "off"), rnd):
                     runs[name][side].append(await run_scenario(sides[side], work, name, rnd))
         rows = [summarise(name, runs[name], args) for name in SCENARIOS]
         return {
@@ -176,50 +170,42 @@ def summarise(name: str, runs: dict[str, list[dict]], args) -> dict:
             same_ids &= g_on.token_ids == g_off.token_ids
             if g_on.token_ids == g_off.token_ids:
                 worst = max(worst, max(abs(x - y) for x, y in zip(g_on.log_probs, g_off.log_probs, strict=True)))
+    off, on = runs["off"], runs["on"]
     return {
         "scenario": name,
-        "episodes": len(runs["on"][0]["per_episode_s"]),
+        "episodes": len(on[0]["per_episode_s"]),
         "model_s_per_episode_off": round(med["off"], 3),
         "model_s_per_episode_on": round(med["on"], 3),
         "ratio": round(med["off"] / med["on"], 2),
         "ratio_per_round": [round(x, 2) for x in per_round],
-        "engine_cpu_s_per_episode_off": round(statistics.median(r["engine_cpu_s_per_episode"] for r in runs["off"]), 3),
-        "engine_cpu_s_per_episode_on": round(statistics.median(r["engine_cpu_s_per_episode"] for r in runs["on"]), 3),
-        "cpu_ratio": round(
-            statistics.median(r["engine_cpu_s_per_episode"] for r in runs["off"])
-            / statistics.median(r["engine_cpu_s_per_episode"] for r in runs["on"]),
-            2,
-        ),
-        "wall_s_off": round(statistics.median(r["wall_s"] for r in runs["off"]), 3),
-        "wall_s_on": round(statistics.median(r["wall_s"] for r in runs["on"]), 3),
-        "prefill_s_off": round(statistics.median(r["prefill_s"] for r in runs["off"]), 3),
-        "prefill_s_on": round(statistics.median(r["prefill_s"] for r in runs["on"]), 3),
-        "decode_s_off": round(statistics.median(r["decode_s"] for r in runs["off"]), 3),
-        "decode_s_on": round(statistics.median(r["decode_s"] for r in runs["on"]), 3),
-        "prefill_tokens_off": runs["off"][0]["prefill_tokens"],
-        "prefill_tokens_on": runs["on"][0]["prefill_tokens"],
+        "engine_cpu_s_per_episode_off": median_of(off, "engine_cpu_s_per_episode", 3),
+        "engine_cpu_s_per_episode_on": median_of(on, "engine_cpu_s_per_episode", 3),
+        "cpu_ratio": round(median_of(off, "engine_cpu_s_per_episode") / median_of(on, "engine_cpu_s_per_episode"), 2),
+        "wall_s_off": median_of(off, "wall_s", 3),
+        "wall_s_on": median_of(on, "wall_s", 3),
+        "prefill_s_off": median_of(off, "prefill_s", 3),
+        "prefill_s_on": median_of(on, "prefill_s", 3),
+        "decode_s_off": median_of(off, "decode_s", 3),
+        "decode_s_on": median_of(on, "decode_s", 3),
+        "prefill_tokens_off": off[0]["prefill_tokens"],
+        "prefill_tokens_on": on[0]["prefill_tokens"],
         "same_token_ids": same_ids,
         "max_abs_logprob_diff": float(f"{worst:.2e}"),
     }
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="model directory (default: build the tiny model in a temp dir)")
-    p.add_argument("--rounds", type=int, default=5, help="alternating runs of every scenario; medians reported")
-    p.add_argument("--turns", type=int, default=8)
-    p.add_argument("--group", type=int, default=8, help="samples per group")
-    p.add_argument("--episodes", type=int, default=4, help="concurrent episodes of the multi-turn scenario")
+    p = cli.parser(__doc__, whole_doc=True)
+    cli.add_model_flags(p, device="cpu")
+    p.add_argument("--rounds", type=cli.COUNT, default=5, help="alternating runs of every scenario; medians reported")
+    p.add_argument("--turns", type=cli.COUNT, default=8)
+    p.add_argument("--group", type=cli.COUNT, default=8, help="samples per group")
+    p.add_argument("--episodes", type=cli.COUNT, default=4, help="concurrent episodes of the multi-turn scenario")
     p.add_argument("--system-tokens", type=int, default=320, help="system prompt with tool schemas")
     p.add_argument("--tool-tokens", type=int, default=128, help="tokens of each tool output")
-    p.add_argument("--gen-tokens", type=int, default=24, help="tokens generated per call (exact: ignore_eos)")
-    p.add_argument("--kv-cache-mb", type=float, default=1024.0)
-    p.add_argument("--device", default="cpu")
-    # one thread: a tiny model's ops are too small to split, and a busy machine stalls thread barriers
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
+    p.add_argument("--gen-tokens", type=cli.COUNT, default=24, help="tokens generated per call (exact: ignore_eos)")
+    p.add_argument("--kv-cache-mb", type=cli.positive(), default=1024.0)
     args = p.parse_args()
-    if min(args.rounds, args.turns, args.group, args.episodes, args.gen_tokens) < 1:
-        p.error("--rounds, --turns, --group, --episodes and --gen-tokens must be >= 1")
     report = asyncio.run(main_async(args))
     print_table(
         report["results"],

@@ -13,7 +13,6 @@ what must stay flat is everything else, so the table also shows the request size
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import statistics
 import sys
@@ -24,7 +23,7 @@ from typing import Any
 
 import uvloop
 
-from benchmarks import common, stack
+from benchmarks import cli, common, stack
 from benchmarks.bench_overhead import API_KEY, serve
 from rollgate.agent_server.agent import Agent
 from rollgate.core import jsonutil
@@ -122,13 +121,11 @@ async def main_async(a: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = cli.parser(__doc__)
     ap.add_argument("--shapes", default="embedded,distributed")
-    ap.add_argument("--turns", type=int, default=20)
-    ap.add_argument("--episodes", type=int, default=30)
-    logging.basicConfig(level=logging.WARNING)
-    common.exit_on_sigterm()
-    return uvloop.run(main_async(ap.parse_args()))
+    ap.add_argument("--turns", type=cli.COUNT, default=20)
+    ap.add_argument("--episodes", type=cli.COUNT, default=30)
+    return uvloop.run(main_async(cli.parse_for_servers(ap)))
 
 
 if __name__ == "__main__":

@@ -12,38 +12,30 @@ benchmarks/results/bench_model_server.json."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import statistics
-import tempfile
-import time
-from pathlib import Path
 
+from benchmarks import cli
 from benchmarks.common import print_table, spread, write_results
+from benchmarks.measure import closed_loop, median_of
 
 LEVELS = (1, 16, 64)
 
 
 async def run_level(service, concurrency: int, requests: int, tokens: int, offset: int) -> dict:
-    slots = asyncio.Semaphore(concurrency)
-
     async def one(i: int) -> int:
-        async with slots:
-            resp = await service.create(
-                {
-                    "model": "rollgate-tiny",
-                    "input": f"Request {i}: what is {i} + 1?",
-                    "max_output_tokens": tokens,
-                    "temperature": 1.0,
-                    "seed": i,
-                    "metadata": {"rollgate_training": "true", "rollgate_ignore_eos": "true"},
-                }
-            )
+        resp = await service.create(
+            {
+                "model": "rollgate-tiny",
+                "input": f"Request {i}: what is {i} + 1?",
+                "max_output_tokens": tokens,
+                "temperature": 1.0,
+                "seed": i,
+                "metadata": {"rollgate_training": "true", "rollgate_ignore_eos": "true"},
+            }
+        )
         return resp["usage"]["output_tokens"]
 
-    started = time.perf_counter()
-    counts = await asyncio.gather(*(one(offset + i) for i in range(requests)))
-    elapsed = time.perf_counter() - started
+    counts, elapsed = await closed_loop(one, concurrency=concurrency, requests=requests, offset=offset)
     produced = sum(counts)
     if produced != requests * tokens:  # ignore_eos makes the work exact; anything else is a bug
         raise RuntimeError(f"expected {requests * tokens} tokens at concurrency {concurrency}, got {produced}")
@@ -55,10 +47,9 @@ async def main_async(args) -> dict:
 
     from rollgate.model_server.local import LocalBackend
     from rollgate.model_server.service import ModelService
-    from rollgate.model_server.tiny import ensure_tiny_model
 
     torch.set_num_threads(args.threads)
-    model_dir = args.model or str(ensure_tiny_model(Path(tempfile.gettempdir()) / "rollgate-bench" / "tiny-model"))
+    model_dir = cli.model_dir(args.model)
     backend = LocalBackend.from_pretrained(model_dir, device=args.device, max_batch_size=max(LEVELS))
     service = ModelService(backend)
     try:
@@ -75,7 +66,7 @@ async def main_async(args) -> dict:
                     "concurrency": c,
                     "requests": requests,
                     "tokens": runs[0]["tokens"],
-                    "seconds_median": round(statistics.median(r["seconds"] for r in runs), 3),
+                    "seconds_median": median_of(runs, "seconds", 3),
                     "tokens_per_s": round(tps["median"], 1),
                     "tokens_per_s_min": round(tps["min"], 1),
                     "tokens_per_s_max": round(tps["max"], 1),
@@ -101,20 +92,17 @@ async def main_async(args) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="model directory (default: build the tiny model in a temp dir)")
-    p.add_argument("--tokens", type=int, default=64, help="output tokens per request (exact: ignore_eos)")
+    p = cli.parser(__doc__, whole_doc=True)
+    cli.add_model_flags(p)
+    p.add_argument("--tokens", type=cli.COUNT, default=64, help="output tokens per request (exact: ignore_eos)")
     p.add_argument(
-        "--requests-per-slot", type=int, default=2, help="requests per level = this x concurrency (at least 8)"
+        "--requests-per-slot",
+        type=cli.at_least(2),
+        default=2,
+        help="requests per level = this x concurrency (at least 8)",
     )
-    p.add_argument("--repeats", type=int, default=3, help="runs per level; the median is reported")
-    p.add_argument("--device", default="auto")
-    # A tiny model's ops are too small to split over threads; on a busy shared machine the
-    # intra-op thread barriers stall whenever a core is taken, so one thread is the steady choice.
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
+    p.add_argument("--repeats", type=cli.COUNT, default=3, help="runs per level; the median is reported")
     args = p.parse_args()
-    if args.requests_per_slot < 2 or args.repeats < 1 or args.tokens < 1:
-        p.error("--requests-per-slot must be >= 2, --repeats >= 1, --tokens >= 1")
     report = asyncio.run(main_async(args))
     print_table(
         report["results"],

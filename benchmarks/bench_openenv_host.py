@@ -12,7 +12,6 @@ with driving the same environment directly (no model: seed/reset, K steps, verif
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks import cli
 from benchmarks.common import free_port
 
 ENV_SOURCE = '''
@@ -141,10 +141,10 @@ def start_server(folder: Path) -> tuple[subprocess.Popen, str]:
 
 
 async def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--episodes", type=int, default=200)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap = cli.parser(__doc__)
+    ap.add_argument("--episodes", type=cli.COUNT, default=200)
+    ap.add_argument("--steps", type=cli.COUNT, default=10)
+    ap.add_argument("--repeats", type=cli.COUNT, default=3)
     args = ap.parse_args()
     import importlib
     import tempfile

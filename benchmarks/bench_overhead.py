@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import uvloop
 
-from benchmarks import common, stack
+from benchmarks import cli, common, stack
 from benchmarks.common import Proc, free_port, percentile, python_cmd, rollgate_cmd
 from rollgate.agent_server.agent import Agent
 
@@ -282,7 +282,7 @@ def median_rows(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 
 async def main_async(a: argparse.Namespace) -> int:
-    concs = [int(c) for c in a.concurrency.split(",")]
+    concs = a.concurrency
     shapes = a.shapes.split(",")
     common.raise_fd_limit()
     log_dir = Path(tempfile.mkdtemp(prefix="rollgate-bench-"))
@@ -336,19 +336,13 @@ def _ratios(table: list[dict[str, Any]]) -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = cli.parser(__doc__)
     ap.add_argument("--shapes", default="embedded,distributed,naive")
-    ap.add_argument("--concurrency", default="1,64,256,1024")
-    ap.add_argument("--seconds", type=float, default=5.0, help="measured time per configuration")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument(
-        "--redis-url",
-        default=os.environ.get("ROLLGATE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
-        help="sessions of the distributed shape ('' for in-memory sessions)",
-    )
-    logging.basicConfig(level=logging.WARNING)
-    common.exit_on_sigterm()
-    return uvloop.run(main_async(ap.parse_args()))
+    ap.add_argument("--concurrency", type=cli.int_list, default=[1, 64, 256, 1024])
+    ap.add_argument("--seconds", type=cli.positive(), default=5.0, help="measured time per configuration")
+    ap.add_argument("--repeats", type=cli.COUNT, default=3)
+    cli.add_redis_url(ap, "sessions of the distributed shape ('' for in-memory sessions)")
+    return uvloop.run(main_async(cli.parse_for_servers(ap)))
 
 
 if __name__ == "__main__":

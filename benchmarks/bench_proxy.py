@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks import common
+from benchmarks import cli, common
 from benchmarks.common import Proc, free_port, percentile, rollgate_cmd
 from rollgate.core.topology import loopback_topology
 
@@ -163,21 +163,12 @@ async def main_async(a: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--concurrency", type=int, default=16, help="calls in flight")
-    ap.add_argument("--seconds", type=float, default=5.0, help="measured time per call kind and run")
-    ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument(
-        "--redis-url",
-        default=os.environ.get("ROLLGATE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
-        help="Redis (the gateway role needs its job queue)",
-    )
-    logging.basicConfig(level=logging.WARNING)
-    common.exit_on_sigterm()
-    a = ap.parse_args()
-    if a.concurrency < 1 or a.seconds <= 0 or a.repeats < 1:
-        ap.error("--concurrency and --repeats must be >= 1, --seconds > 0")
-    return asyncio.run(main_async(a))
+    ap = cli.parser(__doc__)
+    ap.add_argument("--concurrency", type=cli.COUNT, default=16, help="calls in flight")
+    ap.add_argument("--seconds", type=cli.positive(), default=5.0, help="measured time per call kind and run")
+    ap.add_argument("--repeats", type=cli.COUNT, default=1)
+    cli.add_redis_url(ap, "Redis (the gateway role needs its job queue)")
+    return asyncio.run(main_async(cli.parse_for_servers(ap)))
 
 
 if __name__ == "__main__":

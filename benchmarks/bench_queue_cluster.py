@@ -14,14 +14,13 @@ end from the submit to the last record) and the CPU they cost Redis, not episode
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import statistics
 import time
 import uuid
 
-from benchmarks import common
+from benchmarks import cli, common
 from benchmarks.common import free_port
 from devtools.processes import RedisProcess
 from rollgate.core.redis_cluster_procs import RedisClusterProcesses
@@ -74,11 +73,11 @@ def redis_cpu(pids: list[int]) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", type=int, default=4000)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=4, help="claimers, each with its own queue object")
-    ap.add_argument("--concurrency", type=int, default=32, help="tasks each claimer takes at a time")
+    ap = cli.parser(__doc__, whole_doc=True)
+    ap.add_argument("--tasks", type=cli.COUNT, default=4000)
+    ap.add_argument("--rounds", type=cli.COUNT, default=3)
+    ap.add_argument("--workers", type=cli.COUNT, default=4, help="claimers, each with its own queue object")
+    ap.add_argument("--concurrency", type=cli.COUNT, default=32, help="tasks each claimer takes at a time")
     a = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     single = RedisProcess(free_port(), persist=False).start()

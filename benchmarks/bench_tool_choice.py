@@ -12,14 +12,12 @@ benchmarks/results/bench_tool_choice.json."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import statistics
-import tempfile
 import time
-from pathlib import Path
 
-from benchmarks.common import print_table, write_results
+from benchmarks import cli
+from benchmarks.common import print_table, spread, write_results
+from benchmarks.measure import closed_loop
 
 CALC = {
     "type": "function",
@@ -58,19 +56,13 @@ def _body(mode: str, seed: int, tokens: int) -> dict:
 
 
 async def run(service, mode: str, concurrency: int, requests: int, tokens: int, offset: int) -> dict:
-    slots = asyncio.Semaphore(concurrency)
-    calls = 0
+    async def one(i: int) -> tuple[int, bool]:
+        resp = await service.create(_body(mode, i, tokens))
+        return resp["usage"]["output_tokens"], any(item["type"] == "function_call" for item in resp["output"])
 
-    async def one(i: int) -> int:
-        nonlocal calls
-        async with slots:
-            resp = await service.create(_body(mode, i, tokens))
-        calls += any(item["type"] == "function_call" for item in resp["output"])
-        return resp["usage"]["output_tokens"]
-
-    started = time.perf_counter()
-    produced = sum(await asyncio.gather(*(one(offset + i) for i in range(requests))))
-    elapsed = time.perf_counter() - started
+    done, elapsed = await closed_loop(one, concurrency=concurrency, requests=requests, offset=offset)
+    produced = sum(n for n, _ in done)
+    calls = sum(called for _, called in done)
     return {"tokens": produced, "seconds": elapsed, "ms_per_token": 1000 * elapsed / produced, "calls": calls}
 
 
@@ -79,10 +71,9 @@ async def main_async(args) -> dict:
 
     from rollgate.model_server.local import LocalBackend
     from rollgate.model_server.service import ModelService
-    from rollgate.model_server.tiny import ensure_tiny_model
 
     torch.set_num_threads(args.threads)
-    model_dir = args.model or str(ensure_tiny_model(Path(tempfile.gettempdir()) / "rollgate-bench" / "tiny-model"))
+    model_dir = cli.model_dir(args.model)
     backend = LocalBackend.from_pretrained(model_dir, device=args.device)
     service = ModelService(backend)
     try:
@@ -97,7 +88,7 @@ async def main_async(args) -> dict:
                     await run(service, mode, concurrency, args.requests, args.tokens, offset=r * args.requests)
                     for r in range(args.repeats)
                 ]
-                ms = [r["ms_per_token"] for r in runs]
+                ms = spread([r["ms_per_token"] for r in runs])
                 rows.append(
                     {
                         "concurrency": concurrency,
@@ -105,9 +96,9 @@ async def main_async(args) -> dict:
                         "requests": args.requests,
                         "tokens_per_run": runs[0]["tokens"],
                         "calls_per_run": runs[0]["calls"],
-                        "ms_per_token": round(statistics.median(ms), 2),
-                        "ms_per_token_min": round(min(ms), 2),
-                        "ms_per_token_max": round(max(ms), 2),
+                        "ms_per_token": round(ms["median"], 2),
+                        "ms_per_token_min": round(ms["min"], 2),
+                        "ms_per_token_max": round(ms["max"], 2),
                     }
                 )
             free = next(r for r in rows if r["concurrency"] == concurrency and r["mode"] == "free")
@@ -128,16 +119,14 @@ async def main_async(args) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="model directory (default: build the tiny model in a temp dir)")
-    p.add_argument("--tokens", type=int, default=64, help="max output tokens per request (free: exactly this)")
-    p.add_argument("--requests", type=int, default=16, help="requests per run")
-    p.add_argument("--repeats", type=int, default=3, help="runs per mode; the median is reported")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
+    p = cli.parser(__doc__, whole_doc=True)
+    cli.add_model_flags(p)
+    p.add_argument(
+        "--tokens", type=cli.at_least(16), default=64, help="max output tokens per request (free: exactly this)"
+    )
+    p.add_argument("--requests", type=cli.COUNT, default=16, help="requests per run")
+    p.add_argument("--repeats", type=cli.COUNT, default=3, help="runs per mode; the median is reported")
     args = p.parse_args()
-    if args.requests < 1 or args.repeats < 1 or args.tokens < 16:
-        p.error("--requests and --repeats must be >= 1, --tokens >= 16")
     report = asyncio.run(main_async(args))
     print_table(
         report["results"],

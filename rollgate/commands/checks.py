@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 from pydantic import BaseModel
 
-from rollgate.core.errors import UpstreamError
+from rollgate.core.errors import UpstreamError, UpstreamTimeout
+from rollgate.core.http import HttpClient
 from rollgate.core.settings import Settings
 from rollgate.jobs.redis_loss import persistence_problem
 
@@ -132,51 +132,53 @@ async def check_redis(url: str | None, timeout_s: float) -> CheckResult:
 async def check_http_service(
     name: str,
     base_url: str,
-    client: httpx.AsyncClient,
+    timeout_s: float,
     *,
     fix: str,
     extra_path: str | None = None,
     health_path: str | None = "/healthz",
     headers: dict[str, str] | None = None,
 ) -> tuple[CheckResult, object]:
-    """GET `health_path` (and `extra_path`, returning its JSON). Never raises."""
+    """GET `health_path` (and `extra_path`, returning its JSON) through the project's HTTP client,
+    whose retry policy tries a refused connection again within `timeout_s`. Never raises."""
     base = base_url.rstrip("/")
     shown = redact(base)
-    for path in [p for p in (health_path, extra_path) if p]:
-        try:
-            resp = await client.get(base + path, headers=headers)
-        except httpx.HTTPError as exc:
-            return fail(name, f"cannot reach {shown}{path}: {describe_error(exc)}", fix), None
-        if resp.status_code == 401:
-            return fail(
-                name,
-                f"{shown}{path} answered 401 (unauthorized)",
-                "set api_key (ROLLGATE_API_KEY) to the token the service expects",
-            ), None
-        if resp.status_code != 200:
-            hint = (
-                "the service is up but not ready: read its log (it may still be loading)"
-                if path == health_path and resp.status_code == 503
-                else f"{shown} may not be a Rollgate {name} (wrong URL or port?)"
-            )
-            return fail(name, f"{shown}{path} answered {resp.status_code}: {resp.text[:200]}", hint), None
+    client = HttpClient(base, component=name, timeout_s=timeout_s, headers=headers, content_type=None)
+    try:
+        for path in [p for p in (health_path, extra_path) if p]:
+            try:
+                reply = await client.send("GET", path, idempotent=True)
+            except UpstreamTimeout:
+                return fail(name, f"cannot reach {shown}{path}: no answer within {timeout_s:g}s", fix), None
+            except UpstreamError as exc:  # the client's message names the URL: show it redacted
+                return fail(name, f"cannot reach {shown}{path}: {exc.message.replace(base, shown)}", fix), None
+            if reply.status == 401:
+                set_key = "set api_key (ROLLGATE_API_KEY) to the token the service expects"
+                return fail(name, f"{shown}{path} answered 401 (unauthorized)", set_key), None
+            if reply.status != 200:
+                hint = (
+                    "the service is up but not ready: read its log (it may still be loading)"
+                    if path == health_path and reply.status == 503
+                    else f"{shown} may not be a Rollgate {name} (wrong URL or port?)"
+                )
+                text = reply.body.decode(errors="replace")[:200]
+                return fail(name, f"{shown}{path} answered {reply.status}: {text}", hint), None
+    finally:
+        await client.close()
     if extra_path is None:
         return ok(name, f"{shown} healthy"), None
     try:
-        return ok(name, f"{shown} healthy"), resp.json()
-    except ValueError:
-        return fail(
-            name,
-            f"{shown}{extra_path} did not answer JSON",
-            f"{shown} may not be a Rollgate {name} (wrong URL or port?)",
-        ), None
+        return ok(name, f"{shown} healthy"), reply.json()
+    except ValueError:  # orjson's JSONDecodeError is one
+        not_ours = f"{shown} may not be a Rollgate {name} (wrong URL or port?)"
+        return fail(name, f"{shown}{extra_path} did not answer JSON", not_ours), None
 
 
-async def check_gateway(url: str, client: httpx.AsyncClient, headers: dict[str, str] | None = None) -> CheckResult:
+async def check_gateway(url: str, timeout_s: float, headers: dict[str, str] | None = None) -> CheckResult:
     result, body = await check_http_service(
         "gateway",
         url,
-        client,
+        timeout_s,
         extra_path="/v1/rollouts",
         headers=headers,
         fix="start it (`rollgate serve`) or fix --gateway / ROLLGATE_GATEWAY_URL",
@@ -194,7 +196,7 @@ def _model_ids(body: object) -> list[str]:
 async def check_remote_model(
     name: str,
     url: str,
-    client: httpx.AsyncClient,
+    timeout_s: float,
     expect: str | None,
     *,
     upstream: bool = False,
@@ -207,7 +209,7 @@ async def check_remote_model(
     result, body = await check_http_service(
         name,
         url,
-        client,
+        timeout_s,
         extra_path=models,
         health_path=None if upstream else "/healthz",
         headers={"authorization": f"Bearer {api_key}"} if api_key else headers,
@@ -227,14 +229,12 @@ async def check_remote_model(
     return ok(name, f"{redact(url)} healthy, serves {', '.join(ids)}")
 
 
-async def check_env_url(
-    env: str, url: str, client: httpx.AsyncClient, headers: dict[str, str] | None = None
-) -> CheckResult:
+async def check_env_url(env: str, url: str, timeout_s: float, headers: dict[str, str] | None = None) -> CheckResult:
     name = f"env:{env}"
     result, body = await check_http_service(
         name,
         url,
-        client,
+        timeout_s,
         extra_path="/tools",
         headers=headers,
         fix=f"start it (`rollgate serve --role resources --env {env}`) or fix env_urls.{env}",

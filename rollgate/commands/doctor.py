@@ -11,8 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
-
 from rollgate.commands.checks import (
     Check,
     CheckResult,
@@ -75,44 +73,39 @@ async def run_checks(
     gateway_url = gateway_url or settings.gateway_url
     # Our token goes to our own services only, never to an upstream (vLLM, OpenAI) server.
     auth = {"authorization": f"Bearer {settings.api_key}"} if settings.api_key else None
-    async with httpx.AsyncClient(timeout=timeout_s) as client:
-        checks: list[tuple[str, Check]] = [
-            ("config", _in_thread(check_config, settings, config_file)),
-            ("redis", lambda: check_redis(settings.redis_url, timeout_s)),
-        ]
-        if gateway_url:
-            checks.append(("gateway", lambda: check_gateway(gateway_url, client, auth)))
-        checks.extend(_model_checks(settings, client, auth))
-        checks.append(("plugins", _in_thread(check_plugins)))
-        registry, entries_error = _registry(settings)
-        if entries_error:
-            checks.append(("envs", _in_thread(fail, "envs", entries_error, "fix that entry of envs (docs/interop.md)")))
-        for env in dict.fromkeys([*settings.env_names, *settings.env_urls]):
-            urls = settings.env_urls.get(env)
-            if urls:
-                checks.extend((f"env:{env}", (lambda e=env, u=u: check_env_url(e, u, client, auth))) for u in urls)
-            elif any(c in env for c in "*?["):
-                checks.append((f"envs:{env}", _in_thread(check_env_pattern, env, registry)))
-            else:
-                checks.append((f"env:{env}", _in_thread(check_env_local, env, registry)))
-        # the probe forks a few short processes; 10 s covers a slow host
-        checks.append(("sandbox", _in_thread(check_sandbox)))
-        return list(
-            await asyncio.gather(
-                *(_timed(n, c, max(timeout_s, 10.0) if n == "sandbox" else timeout_s) for n, c in checks)
-            )
-        )
+    checks: list[tuple[str, Check]] = [
+        ("config", _in_thread(check_config, settings, config_file)),
+        ("redis", lambda: check_redis(settings.redis_url, timeout_s)),
+    ]
+    if gateway_url:
+        checks.append(("gateway", lambda: check_gateway(gateway_url, timeout_s, auth)))
+    checks.extend(_model_checks(settings, timeout_s, auth))
+    checks.append(("plugins", _in_thread(check_plugins)))
+    registry, entries_error = _registry(settings)
+    if entries_error:
+        checks.append(("envs", _in_thread(fail, "envs", entries_error, "fix that entry of envs (docs/interop.md)")))
+    for env in dict.fromkeys([*settings.env_names, *settings.env_urls]):
+        urls = settings.env_urls.get(env)
+        if urls:
+            checks.extend((f"env:{env}", (lambda e=env, u=u: check_env_url(e, u, timeout_s, auth))) for u in urls)
+        elif any(c in env for c in "*?["):
+            checks.append((f"envs:{env}", _in_thread(check_env_pattern, env, registry)))
+        else:
+            checks.append((f"env:{env}", _in_thread(check_env_local, env, registry)))
+    # the probe forks a few short processes; 10 s covers a slow host
+    checks.append(("sandbox", _in_thread(check_sandbox)))
+    return list(
+        await asyncio.gather(*(_timed(n, c, max(timeout_s, 10.0) if n == "sandbox" else timeout_s) for n, c in checks))
+    )
 
 
-def _model_checks(
-    settings: Settings, client: httpx.AsyncClient, auth: dict[str, str] | None
-) -> list[tuple[str, Check]]:
+def _model_checks(settings: Settings, timeout_s: float, auth: dict[str, str] | None) -> list[tuple[str, Check]]:
     m = settings.model
     tiny = default_tiny_path(settings)
     out: list[tuple[str, Check]] = []
     if settings.model_url:
         out.append(
-            ("model", lambda: check_remote_model("model", settings.model_url, client, m.served_name, headers=auth))
+            ("model", lambda: check_remote_model("model", settings.model_url, timeout_s, m.served_name, headers=auth))
         )
     elif m.backend == "local":
         path = Path(m.model_path)
@@ -136,7 +129,7 @@ def _model_checks(
                 (
                     f"model[{i}]",
                     lambda u=url, i=i: check_remote_model(
-                        f"model[{i}]", u, client, m.upstream_model, upstream=True, api_key=m.upstream_api_key
+                        f"model[{i}]", u, timeout_s, m.upstream_model, upstream=True, api_key=m.upstream_api_key
                     ),
                 )
             )

@@ -71,17 +71,14 @@ def reward_range(name: str) -> tuple[float, float]:
 
 
 def check_threshold(threshold: float, envs: Sequence[str]) -> None:
-    """A threshold at or below an environment's lowest reward makes every sample correct, one
-    above its highest none: both are mistakes, named with the environment."""
-    for name in envs:
-        lo, hi = reward_range(name)
-        if not lo < threshold <= hi:
-            raise BadRequest(
-                f"threshold {threshold:g} is outside the reward range of {name!r} ({lo:g}, {hi:g}]: "
-                "no sample could be correct, or every one would",
-                component=COMPONENT,
-                field="--threshold",
-            )
+    """The gateway's check of a job's threshold (jobs/plan.py), against the installed classes'
+    reward ranges, with the error naming the flag."""
+    from rollgate.jobs import plan  # not at import: it loads the job queue's models (~0.5 s)
+
+    try:
+        plan.check_threshold(threshold, envs, reward_range)
+    except BadRequest as exc:
+        raise BadRequest(exc.message, component=COMPONENT, field="--threshold") from None
 
 
 def load_task_file(path: Path, envs: Sequence[str]) -> tuple[list[EvalTask], int]:

@@ -9,7 +9,7 @@ routes are whatever the environment's resources server answers."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi.responses import StreamingResponse
 
@@ -18,6 +18,9 @@ from rollgate.core.schemas import TaskRow
 from rollgate.jobs.plan import RolloutRequest, reward_range
 from rollgate.model_server.api_docs import CaptureSession, ModelShape, get_docs, post_docs, session_param
 
+if TYPE_CHECKING:
+    from rollgate.resources_servers.registry import EnvRegistry
+
 NDJSON = "application/x-ndjson"
 
 
@@ -25,7 +28,7 @@ class NDJSONResponse(StreamingResponse):
     media_type = NDJSON
 
 
-def rollout_request_schema(envs: list[str]) -> dict[str, Any]:
+def rollout_request_schema(envs: list[str], registry: EnvRegistry | None) -> dict[str, Any]:
     schema = inline_schema(RolloutRequest)
     props = schema["properties"]
     row = inline_schema(TaskRow)
@@ -38,7 +41,7 @@ def rollout_request_schema(envs: list[str]) -> dict[str, Any]:
         {"properties": {name: {"type": "null"} for name in ("k", "threshold", "pass_k")}},
     ]
     # check_threshold: inside the reward range of every environment (lo, hi]
-    ranges = [reward_range(env) for env in envs] or [(0.0, 1.0)]
+    ranges = [reward_range(env, registry) for env in envs] or [(0.0, 1.0)]
     lo, hi = max(r[0] for r in ranges), min(r[1] for r in ranges)
     props["threshold"] = {"anyOf": [{"type": "number", "exclusiveMinimum": lo, "maximum": hi}, {"type": "null"}]}
     return schema
@@ -64,13 +67,13 @@ SUBMIT_LINKS = {
 }
 
 
-def submit_docs(envs: list[str]) -> dict[str, Any]:
+def submit_docs(envs: list[str], registry: EnvRegistry | None) -> dict[str, Any]:
     return {
         "responses": {
             201: {"description": "The job is queued", "links": SUBMIT_LINKS},
             **errors(503),  # the queue is full: retry after Retry-After
         },
-        "openapi_extra": {**json_body(rollout_request_schema(envs)), **SUBMIT_CHECKS},
+        "openapi_extra": {**json_body(rollout_request_schema(envs, registry)), **SUBMIT_CHECKS},
     }
 
 

@@ -14,7 +14,7 @@ DELETE /v1/rollouts/{job}    cancel: every unfinished task gets one `cancelled` 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Query, Request
 from pydantic import ValidationError
@@ -29,6 +29,9 @@ from rollgate.gateway.stream import results_response
 from rollgate.jobs.plan import COMPONENT, RolloutRequest, SubmitResponse, plan_job
 from rollgate.jobs.queue import JobProgress, JobQueue
 
+if TYPE_CHECKING:
+    from rollgate.resources_servers.registry import EnvRegistry
+
 
 def jobs_router(
     queue: JobQueue,
@@ -40,7 +43,10 @@ def jobs_router(
     metrics: Metrics | None = None,
     agents: AgentRegistry | None = None,
     known_models: list[str] | None = None,
+    registry: EnvRegistry | None = None,
 ) -> APIRouter:
+    """`registry`: the environments whose classes this gateway knows (roles and reward ranges are
+    checked at submit for those; the others' workers check them)."""
     metrics = metrics if metrics is not None else Metrics.off()
     r = APIRouter(prefix="/v1", tags=["rollouts"])
     reports = EvalReports(queue)
@@ -59,7 +65,7 @@ def jobs_router(
         response_model=SubmitResponse,
         status_code=201,
         summary="Submit a rollout job",
-        **api_docs.submit_docs(sorted(known_envs())),
+        **api_docs.submit_docs(sorted(known_envs()), registry),
     )
     async def submit(request: Request) -> SubmitResponse:
         body = await read_json(request, component=COMPONENT)
@@ -77,6 +83,7 @@ def jobs_router(
             retry_errors=retry_errors,
             known_agents=agents.names() if agents is not None else None,
             known_models=known_models,
+            registry=registry,
         )
         await queue.submit(spec, tasks)
         metrics.jobs.labels("submitted").inc()

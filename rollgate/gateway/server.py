@@ -16,6 +16,7 @@ from fastapi import APIRouter, FastAPI
 from rollgate.agent_server.plugins import AgentRegistry
 from rollgate.core.app import make_app
 from rollgate.core.auth import auth_key, require_bearer
+from rollgate.core.errors import RollgateError
 from rollgate.core.metrics import Metrics
 from rollgate.core.replicas import ReplicaSet
 from rollgate.core.settings import Settings
@@ -25,6 +26,7 @@ from rollgate.gateway.weights import http_fanout
 from rollgate.jobs import make_queue
 from rollgate.jobs.queue import JobQueue
 from rollgate.model_server.api_docs import ModelShape
+from rollgate.resources_servers.registry import EnvRegistry, registry_for
 
 log = logging.getLogger("rollgate.gateway")
 
@@ -43,7 +45,15 @@ def create_gateway_app(
     on_shutdown: list[Hook] = (),
     title: str = "Rollgate gateway",
     ready: Callable[[], bool] | None = None,
+    registry: EnvRegistry | None = None,
 ) -> FastAPI:
+    """`registry`: the environments whose classes the gateway knows, for the checks at submit
+    (default: the one settings describe; the embedded shape passes its stack's)."""
+    if registry is None:
+        try:
+            registry = registry_for(settings)
+        except RollgateError as exc:
+            raise SystemExit(f"setting envs: {exc.message}") from None
     app = make_app(title, component="gateway", registry=metrics.registry, ready=ready)
     app.state.queue = queue
     app.state.metrics = metrics
@@ -61,6 +71,7 @@ def create_gateway_app(
             # the agents a job may name: installed plugins and settings.agents (the agent workers
             # must be configured alike, as for environments)
             agents=AgentRegistry(settings.agents),
+            registry=registry,
         )
     )
     for router in routers:

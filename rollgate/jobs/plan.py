@@ -9,7 +9,8 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,7 +19,10 @@ from rollgate.core.errors import BadRequest
 from rollgate.core.rows import group_id, parse_row
 from rollgate.core.schemas import JsonInt, RolePolicy, SamplingOverrides
 from rollgate.jobs.queue import EvalOptions, JobPurpose, JobSpec, TaskEnvelope
-from rollgate.jobs.roles import check_env_roles, check_job_roles
+from rollgate.jobs.roles import check_env_roles, check_job_roles, env_class
+
+if TYPE_CHECKING:
+    from rollgate.resources_servers.registry import EnvRegistry
 
 COMPONENT = "gateway"
 DEFAULT_REWARD_RANGE = (0.0, 1.0)
@@ -101,10 +105,12 @@ def plan_job(
     retry_errors: int = 0,
     known_agents: list[str] | None = None,
     known_models: list[str] | None = None,
+    registry: EnvRegistry | None = None,
 ) -> tuple[JobSpec, list[TaskEnvelope]]:
     """Validate every row (the first bad one is a 400 naming its index and field) and expand
     the job into tasks: rows x repeats, the repeats of a row sharing one group. `known_agents`:
-    the agents a job may name (None: not checked here)."""
+    the agents a job may name (None: not checked here). `registry`: the environments whose classes
+    the gateway knows (their roles and reward ranges are checked here; None: none)."""
     if not req.tasks:
         raise BadRequest("tasks: at least one task row is required", component=COMPONENT, field="tasks")
     if req.agent is not None and known_agents is not None and req.agent not in known_agents:
@@ -140,7 +146,7 @@ def plan_job(
         task = parse_row(
             raw, env=default_env, known_envs=known_envs, row_index=i, where=f"tasks[{i}]", component=COMPONENT
         )
-        check_env_roles(task.env, req.roles, where=f"tasks[{i}]")
+        check_env_roles(task.env, req.roles, where=f"tasks[{i}]", registry=registry)
         group = group_id(task.task_id, job_id=job_id, row_index=i)
         row = task.dump()
         for s in range(repeats):
@@ -162,7 +168,9 @@ def plan_job(
                 )
             )
     if eval_options is not None:
-        check_threshold(eval_options.threshold, sorted({t.env for t in tasks}))
+        check_threshold(
+            eval_options.threshold, sorted({t.env for t in tasks}), partial(reward_range, registry=registry)
+        )
     spec = JobSpec(
         job_id=job_id,
         created_at=time.time(),
@@ -226,22 +234,15 @@ def eval_plan(req: RolloutRequest) -> tuple[int, EvalOptions | None]:
     return k, EvalOptions(k=k, threshold=threshold, pass_k=pass_k)
 
 
-def reward_range(env: str) -> tuple[float, float]:
+def reward_range(env: str, registry: EnvRegistry | None) -> tuple[float, float]:
     """An environment's declared reward range (`reward_range` on its class), else [0, 1]: an
-    environment served only by remote replicas is assumed to use the usual range."""
-    try:
-        from rollgate.resources_servers.registry import default_registry
-
-        cls = default_registry().get(env).env_class
-    except Exception:  # noqa: BLE001 - not installed here, or a broken plugin: the usual range
-        return DEFAULT_REWARD_RANGE
-    lo, hi = getattr(cls, "reward_range", DEFAULT_REWARD_RANGE)
+    environment whose class the gateway does not know (`env_class`) is assumed to use the usual range."""
+    cls = env_class(env, registry)
+    lo, hi = getattr(cls, "reward_range", DEFAULT_REWARD_RANGE) if cls is not None else DEFAULT_REWARD_RANGE
     return float(lo), float(hi)
 
 
-def check_threshold(
-    threshold: float, envs: Iterable[str], ranges: Callable[[str], tuple[float, float]] = reward_range
-) -> None:
+def check_threshold(threshold: float, envs: Iterable[str], ranges: Callable[[str], tuple[float, float]]) -> None:
     """At or below an environment's lowest reward every sample would be correct, above its
     highest none could be: both are mistakes, named with the environment."""
     for env in envs:

@@ -3,25 +3,36 @@ to a policy the workers can run, nothing else; a 400 naming the role and what is
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollgate.agent_server.agent import AGENT_NAME
 from rollgate.agent_server.roles import check_role_policy, check_roles
-from rollgate.core.errors import BadRequest
+from rollgate.core.errors import BadRequest, NotFound
+
+if TYPE_CHECKING:
+    from rollgate.resources_servers.base import Environment
+    from rollgate.resources_servers.registry import EnvRegistry
 
 COMPONENT = "gateway"
 
 
-def declared_roles(env: str) -> tuple[str, ...] | None:
-    """The roles an environment declares (() for a single-role one), or None when its class is not
-    installed here (an environment served only by remote replicas: its worker checks the roles)."""
-    try:
-        from rollgate.resources_servers.registry import default_registry
-
-        cls = default_registry().get(env).env_class
-    except Exception:  # noqa: BLE001 - not installed here, or a broken plugin
+def env_class(env: str, registry: EnvRegistry | None) -> type[Environment] | None:
+    """The class of `env` in the gateway's registry, or None when it knows none (an environment
+    served only by remote replicas, or no registry given): checks that need the class are then
+    left to the worker that runs it."""
+    if registry is None:
         return None
-    return tuple(getattr(cls, "roles", ()) or ())
+    try:
+        return registry.get(env).env_class
+    except NotFound:
+        return None
+
+
+def declared_roles(env: str, registry: EnvRegistry | None) -> tuple[str, ...] | None:
+    """The roles an environment declares (() for a single-role one), or None when its class is not
+    known here (`env_class`)."""
+    cls = env_class(env, registry)
+    return None if cls is None else tuple(getattr(cls, "roles", ()) or ())
 
 
 def check_job_roles(req: Any, known_models: list[str]) -> dict[str, Any] | None:
@@ -45,8 +56,8 @@ def check_job_roles(req: Any, known_models: list[str]) -> dict[str, Any] | None:
     return {role: policy.model_dump(exclude_none=True) for role, policy in req.roles.items()}
 
 
-def check_env_roles(env: str, roles: dict[str, Any] | None, *, where: str) -> None:
-    declared = declared_roles(env)
+def check_env_roles(env: str, roles: dict[str, Any] | None, *, where: str, registry: EnvRegistry | None) -> None:
+    declared = declared_roles(env, registry)
     if declared is None:
         return
     if declared and not roles:

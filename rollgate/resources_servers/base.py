@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import inspect
 import random
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -167,9 +168,19 @@ class EnvRuntime:
 
     component = "env"
 
-    def __init__(self, env: Environment, store: SessionStore, *, metrics: Metrics | None = None):
+    def __init__(
+        self,
+        env: Environment,
+        store: SessionStore,
+        *,
+        metrics: Metrics | None = None,
+        tasks: Callable[..., list[dict[str, Any]]] | None = None,
+    ):
+        """`tasks`: the environment's task generator (its registry entry's, `make_runtime`), which
+        OpenEnv's reset without a task draws from; None: its module's `example_tasks`, if any."""
         self.env = env
         self.store = store
+        self.tasks = tasks
         self._tool_counter = (metrics if metrics is not None else Metrics.off()).tool_calls
         self.specs = env.tool_specs()
         self._schemas = env.tool_schemas()
@@ -197,7 +208,7 @@ class EnvRuntime:
                 field="env",
             )
         if self.env.Row is not None:
-            self._check_row(task)
+            self._check_row(self.env.Row, task)
         seed = task.seed if task.seed is not None else random.getrandbits(32)
         try:
             out = self.env.seed(task, random.Random(seed))
@@ -212,9 +223,9 @@ class EnvRuntime:
         turn = self.env.turn(state) if self.env.roles else None
         return SeedResponse(session_id=sid, observation=observation, turn=turn)
 
-    def _check_row(self, task: TaskRow) -> None:
+    def _check_row(self, row: type[BaseModel], task: TaskRow) -> None:
         try:
-            self.env.Row.model_validate(task.env_fields, strict=True)  # type: ignore[union-attr]
+            row.model_validate(task.env_fields, strict=True)
         except ValidationError as exc:
             raise field_error(
                 exc, component=self.component, default="row", skip=_TYPE_TAGS, note=f" (a {self.name} row)"

@@ -51,8 +51,9 @@ def make_runtime(
 ) -> EnvRuntime:
     """The runtime of one environment of `registry` (default: the one settings describe)."""
     registry = registry if registry is not None else registry_for(settings)
-    env = registry.load(env_name, **env_options(settings, env_name, metrics))
-    return EnvRuntime(env, make_store(settings, env_name), metrics=metrics)
+    spec = registry.get(env_name)
+    env = spec.build(**env_options(settings, env_name, metrics))
+    return EnvRuntime(env, make_store(settings, env_name), metrics=metrics, tasks=spec.tasks)
 
 
 async def close_runtime(runtime: EnvRuntime) -> None:

@@ -56,6 +56,7 @@ def build_app(settings: Settings) -> FastAPI:
         on_startup=[startup],
         on_shutdown=[shutdown],
         title="Rollgate (embedded)",
+        registry=stack.registry,
     )
     WeightsFanoutRoutes([LocalReplica(stack.service)]).install(app)  # POST /v1/weights, in process
     app.state.worker = worker

@@ -37,6 +37,7 @@ class Stack:
     runtimes: dict[str, EnvRuntime] = field(default_factory=dict)  # in-process environments
     service: ModelService | None = None  # the in-process model service, if any
     agents: AgentSet | None = None  # every agent a job may name, `agent` included (stack/agents.py)
+    registry: EnvRegistry | None = None  # the environments the runtimes came from (local stacks)
 
     async def aclose(self) -> None:
         """Close what this stack opened: stores, clients, the model service."""
@@ -54,6 +55,14 @@ class Stack:
             await self.service.aclose()
 
 
+def settings_registry(settings: Settings) -> EnvRegistry:
+    """The installed environments and the entries of settings.envs; a bad entry stops start-up."""
+    try:
+        return registry_for(settings)
+    except RollgateError as exc:
+        raise SystemExit(f"setting envs: {exc.message}") from None
+
+
 def load_runtimes(
     settings: Settings, metrics: Metrics, names: Sequence[str] | None = None, *, registry: EnvRegistry | None = None
 ) -> dict[str, EnvRuntime]:
@@ -61,8 +70,8 @@ def load_runtimes(
     One that fails to start is logged and kept as a stand-in whose episodes end as env_error naming
     the cause (resources_servers/failed.py)."""
     runtimes: dict[str, EnvRuntime] = {}
+    registry = registry if registry is not None else settings_registry(settings)
     try:  # names and glob patterns ("*": every available environment) -> environment names
-        registry = registry if registry is not None else registry_for(settings)
         wanted = registry.resolve(list(names) if names is not None else settings.envs)
     except RollgateError as exc:
         raise SystemExit(f"setting envs: {exc.message}") from None
@@ -94,7 +103,8 @@ def local_stack(
         from rollgate.model_server.server import build_service
 
         service = build_service(settings, metrics=metrics)
-    runtimes = load_runtimes(settings, metrics, envs)
+    registry = settings_registry(settings)
+    runtimes = load_runtimes(settings, metrics, envs, registry=registry)
     agent = Agent(
         LocalModelClient(service),
         {name: LocalEnvClient(rt) for name, rt in runtimes.items()},
@@ -103,7 +113,7 @@ def local_stack(
         metrics=metrics,
     )
     agents = agent_set(agent, settings, metrics, endpoints=endpoints, captures=local_captures(service))
-    return Stack(agent=agent, runtimes=runtimes, service=service, agents=agents)
+    return Stack(agent=agent, runtimes=runtimes, service=service, agents=agents, registry=registry)
 
 
 def remote_stack(settings: Settings, metrics: Metrics | None = None) -> Stack:

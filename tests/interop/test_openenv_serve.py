@@ -36,7 +36,7 @@ from rollgate.resources_servers.envs import wordle  # noqa: E402
 from rollgate.resources_servers.interop.openenv_serve import OpenEnvFace  # noqa: E402
 from rollgate.resources_servers.lazy_routes import envs_router  # noqa: E402
 from rollgate.resources_servers.registry import load_env  # noqa: E402
-from rollgate.resources_servers.server import build_multi_app  # noqa: E402
+from rollgate.resources_servers.server import build_multi_app, make_runtime  # noqa: E402
 from tests.gateway.serving import serve_here  # noqa: E402
 from tests.resources.toy_env import CounterEnv  # noqa: E402
 
@@ -157,6 +157,20 @@ async def test_reset_without_a_task_plays_a_generated_one_reproducible_by_seed(C
             await env.reset(seed=-1, task={"responses_create_params": {"input": "go"}})
         with pytest.raises(RuntimeError, match=r"bogus.*VALIDATION_ERROR"):
             await env.reset(bogus=1)
+
+
+async def test_reset_without_a_task_draws_from_the_family_generator_the_runtime_was_built_with(Client, tmp_path):
+    pytest.importorskip("reasoning_gym", reason="the reasoning_gym family needs its library")
+    # a family's generator lives on its registry entry, not in its class's module: make_runtime
+    # hands it to the runtime, so nothing looks it up in a process-wide registry
+    rt = make_runtime(Settings(home=str(tmp_path)), "reasoning_gym/chain_sum")
+    assert rt.tasks is not None
+    async with serve_here(create_resources_app(rt)) as base, Client(base_url=f"{base}/openenv") as env:
+        a = await env.reset(seed=5)
+        b = await env.reset(seed=5)
+        c = await env.reset(seed=6)
+    assert a.observation == b.observation and a.metadata["task_id"] == b.metadata["task_id"]
+    assert a.metadata["task_id"] != c.metadata["task_id"]
 
 
 async def test_bad_actions_and_frames_get_error_frames_naming_the_field(Client):

@@ -191,3 +191,11 @@ async def test_model_check_against_a_real_model_server(tmp_path):
         )
     assert good["model"].status is Status.ok and served.model.served_name in good["model"].detail
     assert other["model"].status is Status.warn and "served_name" in other["model"].fix
+
+
+async def test_an_unreachable_env_url_with_a_password_is_reported_redacted(tmp_path):
+    dead = f"http://probe:hunter2@127.0.0.1:{free_port()}"  # nothing listens there
+    results = by_name(await run_checks(settings_for(tmp_path, env_urls={"math": [dead]}), timeout_s=2.0))
+    env = results["env:math"]
+    assert env.status is Status.fail and "cannot reach" in env.detail
+    assert "hunter2" not in env.detail and ":***@" in env.detail

@@ -6,7 +6,15 @@ game's seed and the list of actions taken; each call rebuilds the game by resett
 seed and replaying the actions. That is deterministic because the game's randomness is confined to
 a generator of its own (see `_isolated`), cheap because the games are small and an in-process
 cache of recent positions skips most replays, and safe because nothing executable (no pickle) is
-ever read back from the store. The reward is the game's own, from `env.close()` at the end.
+ever read back from the store. The reward is the game's own, from `env.close()` at the end, with
+one correction (`progress_credit`): the credit a game pays for its starting position is taken off.
+
+textarena's single-player games end on a second invalid move in a row and pay the progress of the
+position reached (and some pay it when the move limit runs out). For RushHour, Slitherlink, PegJump
+and Countdown that progress is above 0 before any move (up to 0.57), so a policy earns it by
+writing two invalid moves, or by stalling; `rollgate audit`'s tool_spam, stall and
+tool_boundary_args probes found it. Rollgate measures what the game pays at the start (the same two
+invalid moves on a fresh copy, at seeding) and credits only the progress made from there.
 """
 
 from __future__ import annotations
@@ -80,6 +88,10 @@ SEED_IS_TASK = frozenset(
     ["2048", "Bandit", "Blackjack", "GuessTheNumber", "Mastermind", "Minesweeper", "Secretary", "Set", "ThreeCardMonte"]
 )
 HOW_TO_PLAY = "Make each move with the `act` tool, e.g. act(action='[your move]'); one move per call."
+# An action no game accepts, and how many in a row end a game at the latest (textarena's
+# single-player games allow one invalid move, then end on the next).
+INVALID_ACTION = ""
+MOST_INVALID_MOVES = 3
 
 # The games share module-level state (`random`, stdout) while they run: one game step at a time.
 _GAME_LOCK = threading.Lock()
@@ -131,6 +143,7 @@ class Games:
 
     def __init__(self, max_cached: int = 256):
         self._cache: OrderedDict[tuple, tuple[Any, random.Random]] = OrderedDict()
+        self._start_rewards: dict[tuple, float] = {}  # GRPO groups repeat a task: measured once
         self._max = max_cached
 
     def start(self, game_id: str, seed: int) -> str:
@@ -163,6 +176,29 @@ class Games:
                 return Step(_text(observation), done=False)
             reward, reason = _reward(closed)
             return Step(_text(observation), done=True, reward=reward, reason=reason)
+
+    def start_reward(self, game_id: str, seed: int) -> float:
+        """What the game pays when it ends at its starting position: invalid moves on a fresh copy
+        until it ends (two, for every game of GAMES). 0.0 for a game that invalid moves do not end."""
+        key = ("start", game_id, seed)
+        found = self._start_rewards.get(key)
+        if found is not None:
+            return found
+        with _GAME_LOCK:
+            # a copy of the position `start` just cached (a reset can take 0.5 s: RushHour)
+            env, rng = self._recall((game_id, seed, ())) or self._fresh(game_id, seed)[:2]
+            value = 0.0
+            for _ in range(MOST_INVALID_MOVES):
+                with _isolated(rng):
+                    done, _ = env.step(action=INVALID_ACTION)
+                    closed = env.close() if done else None
+                if done:
+                    value = _reward(closed)[0] or 0.0
+                    break
+        self._start_rewards[key] = value
+        while len(self._start_rewards) > max(self._max, 1):
+            self._start_rewards.pop(next(iter(self._start_rewards)))
+        return value
 
     def _fresh(self, game_id: str, seed: int) -> tuple[Any, random.Random, list[Any]]:
         import textarena as ta
@@ -211,9 +247,22 @@ def _reward(closed: Any) -> tuple[float | None, str | None]:
     raise TypeError(f"the game's reward is {value!r}, not a number")
 
 
+def progress_credit(reward: float, start: float) -> float:
+    """The game's reward less what it pays for the starting position, as a share of what was left
+    to gain: 0 for an ending where no progress was made (however it ended), 1 for a solved game.
+    A reward of 1 or more (solved, or a count such as Set's sets) and a game whose start pays
+    nothing are left as the game gives them; so are penalties (Bandit's -1 for an invalid move)."""
+    if start <= 0 or reward >= 1:
+        return reward
+    if start >= 1:
+        return 0.0
+    return max(0.0, (reward - start) / (1 - start))
+
+
 class TAState(BaseModel):
     game_id: str
     seed: int
+    start_reward: float = 0.0  # what the game pays if it ends before any valid move (progress_credit)
     actions: list[str] = Field(default_factory=list)
     done: bool = False
     reward: float | None = None
@@ -237,8 +286,10 @@ class TextArenaEnv(Environment):
         game_id = check_game_id(self.game, field_of(task, "game_id", str))
         seed = task.seed if task.seed is not None else rng.getrandbits(31)
         first = self._run(lambda: self.games.start(game_id, seed), "reset")
+        start_reward = self._run(lambda: self.games.start_reward(game_id, seed), "reset")
         prompt = prompt_or_observation(task, first, what=f"{self.name} ({game_id}, seed {seed})")
-        return TAState(game_id=game_id, seed=seed), (f"{prompt}\n\n{HOW_TO_PLAY}" if prompt is not None else None)
+        state = TAState(game_id=game_id, seed=seed, start_reward=start_reward)
+        return state, (f"{prompt}\n\n{HOW_TO_PLAY}" if prompt is not None else None)
 
     @tool(blocking=True)
     def act(self, state: TAState, action: str) -> str:
@@ -252,14 +303,22 @@ class TextArenaEnv(Environment):
         if not step.done:
             return step.text or "ok"
         state.done, state.reward, state.reason = True, step.reward, step.reason
-        end = f"Game over ({step.reason or 'finished'}); reward {step.reward}. Reply with a short final message."
+        reward = progress_credit(step.reward, state.start_reward) if step.reward is not None else None
+        end = f"Game over ({step.reason or 'finished'}); reward {reward}. Reply with a short final message."
         return f"{step.text}\n{end}".strip()
 
     def verify(self, state: TAState, request: VerifyRequest) -> VerifyResult:
         # An unfinished game has no reward of its own (textarena gives None): it scores 0.
-        reward = state.reward if state.done and state.reward is not None else 0.0
+        game_reward = state.reward if state.done and state.reward is not None else 0.0
         return VerifyResult(
-            reward=reward, metrics={"finished": state.done, "moves": len(state.actions), "end": state.reason}
+            reward=progress_credit(game_reward, state.start_reward) if state.done else 0.0,
+            metrics={
+                "finished": state.done,
+                "moves": len(state.actions),
+                "end": state.reason,
+                "game_reward": game_reward,
+                "start_reward": state.start_reward,
+            },
         )
 
     def _run(self, call: Any, phase: str) -> Any:

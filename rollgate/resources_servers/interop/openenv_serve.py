@@ -113,16 +113,12 @@ def action_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def registry_tasks(runtime: EnvRuntime) -> TaskSource | None:
-    """The environment's task generator: its registry entry's, else its module's example_tasks."""
+def runtime_tasks(runtime: EnvRuntime) -> TaskSource | None:
+    """The environment's task generator: the runtime's (its registry entry's), else its module's
+    example_tasks."""
     from rollgate.resources_servers.families.splits import generator_from_examples
-    from rollgate.resources_servers.registry import default_registry
 
-    with contextlib.suppress(NotFound):
-        spec = default_registry().get(runtime.name)
-        if spec.tasks is not None and isinstance(runtime.env, spec.env_class):
-            return spec.tasks
-    return generator_from_examples(type(runtime.env))
+    return runtime.tasks or generator_from_examples(type(runtime.env))
 
 
 def ws_code(exc: Exception) -> str:
@@ -165,7 +161,7 @@ class OpenEnvFace:
         self.runtime = runtime
         self.max_sessions = max_sessions
         self.active = 0  # open WebSocket episodes
-        self._tasks = tasks or (lambda: registry_tasks(runtime))
+        self._tasks = tasks or (lambda: runtime_tasks(runtime))
         self._app: FastAPI | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from rollgate.core.errors import BadRequest, NotFound
+from rollgate.core.errors import BadRequest, NotFound, field_error
 from rollgate.core.metrics import Metrics
 from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
 from rollgate.core.settings import Settings
@@ -128,8 +128,8 @@ class SweEnv(Environment):
         try:
             mutation = Mutation.model_validate(fields.get("mutation"))
         except ValidationError as exc:
-            raise BadRequest(
-                f"mutation is not a valid mutation: {exc.errors()[0]['msg']}", component=self.name, field="mutation"
+            raise field_error(
+                exc, component=self.name, prefix="mutation", where="not a valid mutation: ", field="mutation"
             ) from None
         targets = fields.get("target_tests")
         if not (isinstance(targets, list) and 0 < len(targets) <= 64 and all(isinstance(t, str) for t in targets)):
