@@ -11,6 +11,8 @@ change the code with a shell command, then submit. Every command goes through
   sandbox's, and neither a host file nor the adapter's own folder is visible to them;
 - the environment's normal verify judges what the commands left: the right fix scores 1.0, a
   wrong change 0, and a change to a test file 0 with the anti-cheating reason;
+- a session that cannot run the commands (an environment without a `shell` tool) stops mini: an
+  env_error naming the reason, no reward;
 - each model call is captured token by token into one trajectory; nothing is left behind.
 
 Slow tier: each episode imports litellm (11-15 s) in mini's own process. `mini` is found on PATH,
@@ -45,7 +47,7 @@ from rollgate.resources_servers.families.swe.tasks import task_row, validated
 from rollgate.sandbox.isolation import INNER_WORKDIR
 from tests.agent.harness_checks import processes_mentioning
 from tests.conftest import free_port
-from tests.gateway.rows import REPO
+from tests.gateway.rows import REPO, example_rows
 
 pytestmark = pytest.mark.slow
 
@@ -113,12 +115,13 @@ def stack(tiny_model_dir, row, secret):
         mini_agent("mini-fix", [bash(look), bash(fix), bash(SUBMIT)]),
         mini_agent("mini-wrong", [bash(f"echo '# not the fix' >> {source}"), bash(SUBMIT)]),
         mini_agent("mini-cheat", [bash(fix), bash(f"echo '# edited' >> {test_file}"), bash(SUBMIT)]),
+        mini_agent("mini-no-shell", [bash("echo hello"), bash(SUBMIT)]),  # played on `math`: no shell tool
     ]
     port = free_port()
     settings = Settings(
         # mini's instance template alone is ~2,100 tokens, over the tiny model's 2,048
         model={"backend": "scripted", "model_path": tiny_model_dir, "max_context_tokens": 32768},
-        envs=[ENV],
+        envs=[ENV, "math"],
         port=port,
         gateway={"ui": False},
         agents=agents,
@@ -158,8 +161,14 @@ def test_mini_swe_agent_commands_run_in_the_sandbox_and_the_sandbox_is_verified(
     client, app = stack
     started = time.monotonic()
     jobs = {agent: submit(client, row, agent) for agent in ("mini-fix", "mini-wrong", "mini-cheat")}
+    no_shell = submit(client, example_rows("math", 1)[0], "mini-no-shell")
     trajs = {agent: result(client, job) for agent, job in jobs.items()}
     elapsed = time.monotonic() - started
+    # a session whose environment has no `shell` tool stops mini: an infrastructure failure, no reward
+    failed = result(client, no_shell)
+    assert failed.outcome is Outcome.env_error and failed.reward is None, failed
+    assert failed.error.component == "harness:mini-no-shell" and "crashed" in failed.error.message
+    assert "rollgate_mini_env: the session refused 'shell'" in failed.error.message
     for agent, traj in trajs.items():
         assert traj.outcome is Outcome.completed, (agent, traj.error)
         assert traj.metrics["harness"] == agent and traj.metrics["exit_code"] == 0

@@ -20,6 +20,7 @@ import os
 import platform
 import re
 import shlex
+import sys
 import urllib.error
 import urllib.request
 from typing import Any
@@ -33,7 +34,14 @@ _STDERR = "\n--- stderr ---\n"
 
 
 class SessionError(RuntimeError):
-    """The episode's session cannot run commands: the harness must stop."""
+    """The episode's session cannot run commands: the harness must stop. The reason is also
+    written to stderr at once, so that it heads what the episode's error quotes (mini prints its
+    traceback after it)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
 
 
 class SessionEnvironment:
