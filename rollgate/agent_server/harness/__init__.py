@@ -1,8 +1,9 @@
 """Black-box agent harnesses as Rollgate agents (docs/agents.md).
 
-Two plugins of the `rollgate.agents` group: `harness`, the kind (configured per harness as a
-settings entry `{name, kind: harness, command: [...], ...}`), and `smolagents`, the same kind with
-smolagents' command line as its defaults."""
+Three plugins of the `rollgate.agents` group: `harness`, the kind (configured per harness as a
+settings entry `{name, kind: harness, command: [...], ...}`); `smolagents`, the same kind with
+smolagents' command line as its defaults; and `mini_swe_agent`, mini-swe-agent's command line with
+its commands run in the episode's environment session (the swe family's sandbox)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from rollgate.agent_server.harness.agent import HarnessAgent
-from rollgate.agent_server.harness.config import HarnessConfig, SmolagentsConfig
+from rollgate.agent_server.harness.config import HarnessConfig, MiniSweAgentConfig, SmolagentsConfig
 from rollgate.agent_server.plugins import AgentParts
 
-__all__ = ["HarnessAgent", "HarnessConfig", "SmolagentsConfig", "harness", "smolagents"]
+__all__ = [
+    "HarnessAgent",
+    "HarnessConfig",
+    "MiniSweAgentConfig",
+    "SmolagentsConfig",
+    "harness",
+    "mini_swe_agent",
+    "smolagents",
+]
 
 
 def harness(parts: AgentParts, options: Mapping[str, Any]) -> HarnessAgent:
@@ -24,5 +33,10 @@ def smolagents(parts: AgentParts, options: Mapping[str, Any]) -> HarnessAgent:
     return HarnessAgent(SmolagentsConfig.model_validate(dict(options)), parts)
 
 
+def mini_swe_agent(parts: AgentParts, options: Mapping[str, Any]) -> HarnessAgent:
+    return HarnessAgent(MiniSweAgentConfig.model_validate(dict(options)), parts)
+
+
 harness.options_model = HarnessConfig  # type: ignore[attr-defined]
 smolagents.options_model = SmolagentsConfig  # type: ignore[attr-defined]
+mini_swe_agent.options_model = MiniSweAgentConfig  # type: ignore[attr-defined]

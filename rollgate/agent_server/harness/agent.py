@@ -167,6 +167,7 @@ class HarnessAgent:
             env_url = self.endpoints.env_url(task.env)
             view = EpisodeView(
                 task=task_text(task, seeded.observation),
+                issue=task_text(task, seeded.observation, instructions=False),
                 model=self.parts.model_name,
                 model_url=self.endpoints.model_url.rstrip("/"),
                 api_key=self.endpoints.api_key or "rollgate",

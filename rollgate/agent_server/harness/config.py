@@ -6,6 +6,8 @@ Templates (`command`, `env` values, `prompt`) take these placeholders (`{{`/`}}`
 
     {prompt}       the task prompt (the `prompt` template rendered)
     {task}         the task's own text: instructions, input messages, the seed's observation
+    {issue}        the same without the instructions and system messages (which describe the
+                   environment's tools): for a harness that brings its own, such as mini-swe-agent
     {model}        the served model's name
     {base_url}     the model's Chat Completions / Responses base URL, ending in /v1; its path names
                    the episode's capture session, so every call is recorded to this episode
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import re
 import string
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -29,6 +32,7 @@ PLACEHOLDERS = frozenset(
     {
         "prompt",
         "task",
+        "issue",
         "model",
         "base_url",
         "anthropic_base_url",
@@ -152,3 +156,64 @@ class SmolagentsConfig(HarnessConfig):
     env: dict[str, str] = Field(default_factory=lambda: {"COLUMNS": "2000", "NO_COLOR": "1"})
     answer: Literal["last_message", "stdout"] = "stdout"
     answer_pattern: str | None = r"^Final answer: (.*)$"
+
+
+# mini-swe-agent's `mini` CLI. Its adapter module (a folder of its own, put on mini's PYTHONPATH)
+# is loaded by mini itself, in mini's virtual environment: rollgate_mini_env.SessionEnvironment.
+MINI_ENV_DIR = str(Path(__file__).resolve().parent / "mini_swe_agent")
+MINI_ENV_CLASS = "rollgate_mini_env.SessionEnvironment"
+MINI_ENV = {
+    "MSWEA_CONFIGURED": "true",  # no first-run setup dialog
+    "MSWEA_GLOBAL_CONFIG_DIR": "{workdir}/mswea",  # its config and logs go with the episode
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no cost-map download
+    "MSWEA_COST_TRACKING": "ignore_errors",  # a served model has no price
+}
+
+
+def _literal(text: str) -> str:
+    """A value put into a template as is (a JSON override holds braces)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+class MiniSweAgentConfig(HarnessConfig):
+    """The `mini_swe_agent` agent: mini-swe-agent's `mini` CLI with every command it runs sent to
+    the episode's environment session (its `shell` tool: the swe family's sandbox), never the host.
+    The command line is derived from `mini`, `mini_config` and `sandbox` unless `command` is given."""
+
+    command: list[str] = Field(default_factory=list, description="argv template (default: derived, see above)")
+    name: str | None = "mini-swe-agent"
+    # mini brings its own instructions and one tool (bash): the environment's, which name its
+    # tools (list_files, apply_patch, ...), would mislead the model
+    prompt: str = Field("{issue}", description="template of {prompt}")
+    mini: str = Field("mini", description="the `mini` program; its absolute path when it lives in another venv")
+    mini_config: list[str] = Field(
+        default_factory=lambda: ["mini.yaml"],
+        description="mini's -c specs in order: config files (its built-in mini.yaml) or key=value overrides "
+        "(a value is JSON or a string); taken literally, not as templates",
+    )
+    sandbox: bool = Field(
+        True,
+        description="run every command in the episode's environment session (its `shell` tool) instead of "
+        "mini's own `local` environment on the host",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="extra environment variables (templates), over MINI_ENV's"
+    )
+
+    @model_validator(mode="after")
+    def _mini_command(self) -> MiniSweAgentConfig:
+        if not self.command:
+            specs = [_literal(spec) for spec in self.mini_config] + ["model.model_kwargs.api_base={base_url}"]
+            if self.sandbox:
+                specs.append(f"environment.environment_class={MINI_ENV_CLASS}")
+            self.command = [
+                _literal(self.mini),
+                *("-m", "openai/{model}", "-t", "{prompt}", "-y", "--exit-immediately"),
+                *(arg for spec in specs for arg in ("-c", spec)),
+                *("-o", "{workdir}/mini.traj.json"),
+            ]
+        self.env = {**MINI_ENV, **self.env}
+        if self.sandbox:
+            # only the adapter's folder: the harness's own packages come from its own venv
+            self.env = {**self.env, "PYTHONPATH": _literal(MINI_ENV_DIR)}
+        return self

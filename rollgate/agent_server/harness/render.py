@@ -21,6 +21,7 @@ class EpisodeView:
     """The episode as the harness sees it."""
 
     task: str
+    issue: str  # the task without the environment's instructions and system prompt
     model: str
     model_url: str  # the model server's base URL (no capture prefix)
     api_key: str
@@ -47,18 +48,21 @@ def _text(content: Any) -> str:
     return ""
 
 
-def task_text(task: Task, observation: str | None) -> str:
-    """The task as one prompt: the row's instructions and input messages, then the seed's observation."""
+def task_text(task: Task, observation: str | None, *, instructions: bool = True) -> str:
+    """The task as one prompt: the row's instructions and input messages, then the seed's observation.
+    Without `instructions`, the user messages and the observation only: the environment's own
+    instructions describe its tools, which a harness that brings its own tools does not have."""
     rcp = task.row.responses_create_params
     parts: list[str] = []
-    if isinstance(rcp.get("instructions"), str) and rcp["instructions"].strip():
+    if instructions and isinstance(rcp.get("instructions"), str) and rcp["instructions"].strip():
         parts.append(rcp["instructions"].strip())
+    roles = ("system", "developer", "user") if instructions else ("user",)
     raw = rcp["input"]
     if isinstance(raw, str):
         parts.append(raw)
     else:
         for item in raw:
-            if isinstance(item, dict) and item.get("role") in ("system", "developer", "user"):
+            if isinstance(item, dict) and item.get("role") in roles:
                 text = _text(item.get("content")).strip()
                 if text:
                     parts.append(text)
@@ -81,6 +85,7 @@ def values(view: EpisodeView, prompt: str) -> dict[str, str]:
     return {
         "prompt": prompt,
         "task": view.task,
+        "issue": view.issue,
         "model": view.model,
         "base_url": view.base_url,
         "anthropic_base_url": view.anthropic_base_url,
