@@ -1,10 +1,11 @@
-"""The swe family's costs on the local sandbox, per project: seed time (the buggy checkout written
-into a fresh sandbox) p50 and p99, one `run_tests` of the whole visible suite, verification, and
-oracle episodes per second (seed, apply the reverse patch, verify, close) at concurrency 1 and 2.
+"""The swe family's costs on the local sandbox, per project, without and with the warm pool
+(sandboxes made ahead with the pristine checkout): seed time (the buggy checkout written into a
+sandbox) p50 and p99, one `run_tests` of the whole visible suite, verification, and oracle
+episodes per second (seed, apply the reverse patch, verify, close) at concurrency 1 and 2.
 It reads the validated tasks from Rollgate's cache (building them first when absent: minutes).
 
     python -m benchmarks.bench_swe                        # every project, 4 tasks each
-    python -m benchmarks.bench_swe --projects parse --tasks 8
+    python -m benchmarks.bench_swe --projects parse --tasks 8 --pool 0 4
 
 Prints a table and writes benchmarks/results/bench_swe.json.
 """
@@ -42,14 +43,14 @@ async def episode(rt: EnvRuntime, row: dict[str, Any], timings: dict[str, list[f
     return reward
 
 
-async def bench(name: str, n_tasks: int, rounds: int) -> dict[str, Any]:
+async def bench(name: str, n_tasks: int, rounds: int, pool: int) -> dict[str, Any]:
     home = Settings().home
     project = PROJECTS[name]
     files = pristine(ensure_source(project, home))
     rows = [
         task_row(f"swe/{name}", project, t, files, f"b{i}") for i, t in enumerate(validated(project, n_tasks, home))
     ]
-    rt = EnvRuntime(SweEnv(name, home=home), MemorySessionStore())
+    rt = EnvRuntime(SweEnv(name, home=home, warm_pool=pool), MemorySessionStore())
     timings: dict[str, list[float]] = {"seed": [], "verify": [], "run_tests": []}
     sid = (await rt.seed(rows[0])).session_id
     for _ in range(3):
@@ -57,8 +58,10 @@ async def bench(name: str, n_tasks: int, rounds: int) -> dict[str, Any]:
         await rt.call_tool(sid, "run_tests", {"selector": ""})
         timings["run_tests"].append(time.perf_counter() - t0)
     await rt.close(sid)
-    out: dict[str, Any] = {"project": name, "tasks": len(rows)}
+    out: dict[str, Any] = {"project": name, "tasks": len(rows), "pool": pool}
     for concurrency in (1, 2):
+        if rt.env.pool is not None:
+            await rt.env.pool.wait_full(timeout_s=300)  # each round starts with a full pool
         gate = asyncio.Semaphore(concurrency)
 
         async def one(row: dict[str, Any], gate: asyncio.Semaphore = gate) -> float:
@@ -73,6 +76,8 @@ async def bench(name: str, n_tasks: int, rounds: int) -> dict[str, Any]:
     for key, values in timings.items():
         out[f"{key}_p50_s"] = percentile(values, 50)
         out[f"{key}_p99_s"] = percentile(values, 99)
+    if rt.env.pool is not None:
+        out["pool_hits"], out["pool_misses"] = rt.env.pool.hits, rt.env.pool.misses
     await rt.env.aclose()
     return out
 
@@ -82,9 +87,10 @@ def main() -> None:
     parser.add_argument("--projects", nargs="*", choices=sorted(PROJECTS), default=sorted(PROJECTS))
     parser.add_argument("--tasks", type=cli.COUNT, default=4)
     parser.add_argument("--rounds", type=cli.COUNT, default=1)
+    parser.add_argument("--pool", type=cli.at_least(0), nargs="+", default=[0, 2], help="warm pool sizes (0: off)")
     args = parser.parse_args()
-    rows = [asyncio.run(bench(name, args.tasks, args.rounds)) for name in args.projects]
-    columns = ["project", "tasks", "seed_p50_s", "seed_p99_s", "run_tests_p50_s", "verify_p50_s"]
+    rows = [asyncio.run(bench(name, args.tasks, args.rounds, pool)) for name in args.projects for pool in args.pool]
+    columns = ["project", "tasks", "pool", "seed_p50_s", "seed_p99_s", "run_tests_p50_s", "verify_p50_s"]
     print_table(rows, [*columns, "episodes_per_s_c1", "episodes_per_s_c2"], "swe oracle episodes (local sandbox)")
     print(write_results("bench_swe", {"results": rows}))
 

@@ -134,6 +134,16 @@ class SandboxSettings(BaseModel):
     token: str | None = None
 
 
+class SweSettings(BaseModel):
+    """Where the `swe/<project>` family runs its checkouts (docs/environments.md)."""
+
+    # local (bubblewrap) or docker (the one swe image: scripts/docker-swe-image.sh)
+    provider: Literal["local", "docker"] = "local"
+    options: dict[str, Any] = Field(default_factory=dict)  # provider options (docker: image, cpus, ...)
+    # sandboxes per project made ahead with the pristine checkout, so a seed skips the copy; 0: off
+    warm_pool: int = Field(2, ge=0, le=64)
+
+
 class EnvEntry(BaseModel):
     """An environment configured by entry instead of installed: `{name, kind, <kind's options>}`,
     e.g. `{name: ng_weather, kind: nemo_gym, urls: [...]}` (docs/interop.md). The kind's own
@@ -204,6 +214,7 @@ class Settings(BaseSettings):
     sessions: SessionSettings = Field(default_factory=SessionSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    swe: SweSettings = Field(default_factory=SweSettings)
     # agents configured by entry (a job's `agent` picks one; installed plugins need no entry)
     agents: list[AgentEntry] = Field(default_factory=list)
 

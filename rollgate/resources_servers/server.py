@@ -31,7 +31,9 @@ def make_store(settings: Settings, env_name: str) -> SessionStore:
     return MemorySessionStore(ttl_s=settings.sessions.ttl_s, capacity=settings.sessions.capacity)
 
 
-def env_options(settings: Settings, env_name: str, metrics: Metrics | None = None) -> dict:
+def env_options(
+    settings: Settings, env_name: str, metrics: Metrics | None = None, *, family: str | None = None
+) -> dict:
     """Constructor options of an environment that come from settings."""
     if env_name == "code":
         sb = settings.sandbox
@@ -43,6 +45,15 @@ def env_options(settings: Settings, env_name: str, metrics: Metrics | None = Non
             "allow_unisolated": sb.allow_unisolated,
             **sb.options,
         }
+    if family == "swe":
+        swe = settings.swe
+        return {
+            "sandbox": swe.provider,
+            "sandbox_options": swe.options,
+            "warm_pool": swe.warm_pool,
+            "allow_unisolated": settings.sandbox.allow_unisolated,
+            "metrics": metrics,
+        }
     return {}
 
 
@@ -52,7 +63,7 @@ def make_runtime(
     """The runtime of one environment of `registry` (default: the one settings describe)."""
     registry = registry if registry is not None else registry_for(settings)
     spec = registry.get(env_name)
-    env = spec.build(**env_options(settings, env_name, metrics))
+    env = spec.build(**env_options(settings, env_name, metrics, family=spec.family))
     return EnvRuntime(env, make_store(settings, env_name), metrics=metrics, tasks=spec.tasks)
 
 

@@ -40,6 +40,7 @@ def rollgate_profile_file() -> str:
 
 class DockerProvider:
     name = "docker"
+    sandbox_workdir = WORKDIR  # the work dir as the sandboxed program sees it
 
     def __init__(
         self,

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import logging
 import shlex
-from collections.abc import Sequence
+import tarfile
+from collections.abc import Mapping, Sequence
 
 from rollgate.core.metrics import Metrics
 from rollgate.sandbox.base import ExecResult, SandboxError, SandboxLimits, as_bytes, check_exec_args
@@ -98,6 +100,20 @@ class CliSandbox:
         target = container_path(path)
         script = f'mkdir -p "$(dirname {shlex.quote(target)})" && cat > {shlex.quote(target)}'
         await run_engine([*self.exec_prefix, "sh", "-c", script], stdin=payload, what=f"write {path}")
+
+    async def write_files(self, files: Mapping[str, str | bytes]) -> None:
+        """Several files in one engine round trip: a tar stream unpacked in the work dir."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for path, data in files.items():
+                payload = as_bytes(data)
+                if len(payload) > self.limits.max_file_bytes:
+                    raise SandboxError(f"file {path!r} is larger than {self.limits.max_file_bytes} bytes", field="data")
+                info = tarfile.TarInfo("/".join(relative_parts(path)))
+                info.size, info.mode = len(payload), 0o644
+                tar.addfile(info, io.BytesIO(payload))
+        argv = [*self.exec_prefix, "tar", "-x", "-m", "--no-same-owner", "-f", "-", "-C", WORKDIR]
+        await run_engine(argv, stdin=buf.getvalue(), what=f"write {len(files)} files")
 
     async def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
         cap = max_bytes or self.limits.max_file_bytes

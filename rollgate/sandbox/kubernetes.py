@@ -25,6 +25,7 @@ POLICY_NAME = "rollgate-sandbox-deny-all"
 
 class KubernetesProvider:
     name = "kubernetes"
+    sandbox_workdir = WORKDIR  # the work dir as the sandboxed program sees it
 
     def __init__(
         self,

@@ -21,7 +21,7 @@ import shlex
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +161,17 @@ class LocalSandbox:
             max_bytes=self.provider.limits.max_file_bytes,
         )
 
+    async def write_files(self, files: Mapping[str, str | bytes]) -> None:
+        """Several files in one worker-thread hop (a repository checkout: hundreds of files)."""
+
+        def write_all() -> None:
+            for path, data in files.items():
+                write_beneath(
+                    self.workdir, path, as_bytes(data), owner=self.owner, max_bytes=self.provider.limits.max_file_bytes
+                )
+
+        await asyncio.to_thread(write_all)
+
     async def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
         cap = max_bytes or self.provider.limits.max_file_bytes
         return await asyncio.to_thread(read_beneath, self.workdir, path, max_bytes=cap)
@@ -195,6 +206,7 @@ class LocalProvider:
     `require_isolation` (refuse to start without network isolation), `metrics`."""
 
     name = "local"
+    sandbox_workdir = INNER_WORKDIR  # the work dir as the sandboxed program sees it (namespaced runs)
 
     def __init__(
         self,

@@ -25,20 +25,22 @@ from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
 from rollgate.core.settings import Settings
 from rollgate.resources_servers.base import Environment, ToolError, tool
 from rollgate.resources_servers.families.common import input_text
-from rollgate.resources_servers.families.swe import checkout
+from rollgate.resources_servers.families.swe import checkout, trees
 from rollgate.resources_servers.families.swe.mutations import Mutation
 from rollgate.resources_servers.families.swe.patches import patch_strip, repo_path, selectors
 from rollgate.resources_servers.families.swe.projects import get_project
 from rollgate.resources_servers.families.swe.prompts import issue_text
 from rollgate.resources_servers.families.swe.sources import SourceError, cached_source, ensure_runner
 from rollgate.resources_servers.families.swe.testrun import NO_TESTS, USAGE, pytest_argv, pythonpath, run_pytest
+from rollgate.resources_servers.families.swe.warm import CheckoutPool
 from rollgate.sandbox import ExecResult, Sandbox, SandboxError, SandboxProvider, check_isolation, make_provider
+from rollgate.sandbox.isolation import INNER_WORKDIR
 
 log = logging.getLogger("rollgate.envs.swe")
 
 MAX_READ_LINES = 400
 MAX_OUTPUT_CHARS = 8000
-MAX_CHANGED_FILES = 200
+SWE_IMAGE = "rollgate-swe:latest"  # built by scripts/docker-swe-image.sh
 LIMITS = {"timeout_s": 60, "cpu_s": 120, "max_output_bytes": 2**20, "memory_bytes": 1024 * 2**20}
 
 
@@ -75,6 +77,9 @@ class SweEnv(Environment):
         *,
         home: str | None = None,
         provider: SandboxProvider | None = None,
+        sandbox: str = "local",
+        sandbox_options: dict[str, Any] | None = None,
+        warm_pool: int = 0,
         allow_unisolated: bool = False,
         max_tool_calls: int = 64,
         max_sessions: int = 256,
@@ -84,21 +89,34 @@ class SweEnv(Environment):
         self.project = get_project(project)
         self.name = f"swe/{project}"
         self.home = home or Settings().home
-        self.runner = str(ensure_runner(self.home))
-        if self.runner.startswith("/tmp/"):
-            raise SourceError(
-                "runner", f"Rollgate's home ({self.home}) must not lie under /tmp: sandboxes get a private /tmp"
-            )
-        self.sandboxes = provider or make_provider("local", limits=LIMITS, ro_paths=[self.runner], metrics=metrics)
+        if provider is None and sandbox != "local":
+            # a container provider runs the one swe image (pytest and patch inside: docs/sandbox.md)
+            options = {"limits": LIMITS, "image": SWE_IMAGE, **(sandbox_options or {})}
+            provider = make_provider(sandbox, metrics=metrics, **options)
+        # the runner directory is mounted read-only into local sandboxes; an image carries its own
+        self.runner: str | None = None
+        if provider is None or provider.name == "local":
+            self.runner = str(ensure_runner(self.home))
+            if self.runner.startswith("/tmp/"):
+                raise SourceError(
+                    "runner", f"Rollgate's home ({self.home}) must not lie under /tmp: sandboxes get a private /tmp"
+                )
+        if provider is None:
+            options = {"limits": LIMITS, "ro_paths": [self.runner], **(sandbox_options or {})}
+            provider = make_provider("local", metrics=metrics, **options)
+        self.sandboxes = provider
         check_isolation(self.sandboxes, allow_unisolated=allow_unisolated, user=self.name)
         self.python = getattr(self.sandboxes, "python", "python3")
+        self.workdir = getattr(self.sandboxes, "sandbox_workdir", INNER_WORKDIR)
+        # sandboxes that already hold the pristine checkout: a seed writes only the files that differ
+        self.pool = CheckoutPool(self.sandboxes, self._prepare, warm_pool, name=self.name) if warm_pool else None
         self.max_tool_calls = max_tool_calls
         self.max_sessions = max_sessions
         self.test_timeout_s = test_timeout_s
         self._live: dict[str, Sandbox] = {}
 
     # --- the trees of a task --------------------------------------------------------------
-    def _trees(self, mutation: Mutation, targets: list[str]) -> tuple[checkout.Files, checkout.Files]:
+    def _pristine(self) -> checkout.Files:
         root = cached_source(self.project, self.home)
         if root is None:
             raise SourceError(
@@ -106,7 +124,10 @@ class SweEnv(Environment):
                 f"{self.project.requirement} is not in Rollgate's cache: build tasks first "
                 f"(`rollgate tasks {self.name} --n 1 --seed 0` fetches it)",
             )
-        bug = checkout.buggy(self.project, checkout.pristine(root), mutation)
+        return checkout.pristine(root)
+
+    def _trees(self, mutation: Mutation, targets: list[str]) -> tuple[checkout.Files, checkout.Files]:
+        bug = checkout.buggy(self.project, self._pristine(), mutation)
         checkout.check_targets(self.project, bug, targets)
         return bug, checkout.visible(self.project, bug, targets)
 
@@ -137,12 +158,7 @@ class SweEnv(Environment):
                 "target_tests must be a non-empty list of test node ids", component=self.name, field="target_tests"
             )
         _, vis = self._trees(mutation, targets)
-        box = await self.sandboxes.create()
-        try:
-            await _write_tree(box, vis)
-        except BaseException:
-            await box.destroy()
-            raise
+        box = await self._checkout(vis)
         key = secrets.token_hex(12)
         self._live[key] = box
         while len(self._live) > self.max_sessions:
@@ -155,6 +171,23 @@ class SweEnv(Environment):
         failures = {str(k): str(v) for k, v in failures.items()} if isinstance(failures, dict) else {}
         prompt = None if input_text(task).strip() else issue_text(self.name, targets, failures)
         return state, prompt
+
+    async def _prepare(self, box: Sandbox) -> None:
+        await trees.write_tree(box, self._pristine())
+
+    async def _checkout(self, tree: checkout.Files) -> Sandbox:
+        """A sandbox holding `tree`: a warm one (the pristine checkout) with the files that differ
+        rewritten, or, with no pool or none ready, a new one written whole."""
+        box = await self.pool.take() if self.pool is not None else None
+        have: checkout.Files = self._pristine() if box is not None else {}
+        if box is None:
+            box = await self.sandboxes.create()
+        try:
+            await trees.morph(box, have, tree)
+        except BaseException:
+            await box.destroy()
+            raise
+        return box
 
     def _box(self, state: SweState) -> Sandbox:
         box = self._live.get(state.sandbox)
@@ -173,6 +206,8 @@ class SweEnv(Environment):
             await box.destroy()
 
     async def aclose(self) -> None:
+        if self.pool is not None:
+            await self.pool.aclose()
         for key in list(self._live):
             await self._live.pop(key).destroy()
 
@@ -253,7 +288,9 @@ class SweEnv(Environment):
         (space-separated paths or node ids such as tests/test_x.py::test_y)."""
         self._count(state)
         chosen = selectors(selector)
-        argv = pytest_argv(self.python, self.runner, self.project.python_path, chosen, "-q", "--tb=short")
+        argv = pytest_argv(
+            self.python, self.runner, self.project.python_path, chosen, "-q", "--tb=short", workdir=self.workdir
+        )
         r = await self._box(state).exec(argv, timeout_s=self.test_timeout_s)
         if r.exit_code in (NO_TESTS, USAGE) and chosen:
             raise ToolError(f"selector {selector!r} matches no test:\n{_tail(r.stdout + r.stderr, 2000)}")
@@ -263,14 +300,14 @@ class SweEnv(Environment):
     async def shell(self, state: SweState, command: str) -> str:
         """Run a shell command (sh -c) in the repository's root; no network. The project is importable."""
         self._count(state)
-        env = ["env", f"PYTHONPATH={pythonpath(self.runner, self.project.python_path)}"]
+        env = ["env", f"PYTHONPATH={pythonpath(self.runner, self.project.python_path, self.workdir)}"]
         return format_run(await self._box(state).exec([*env, "sh", "-c", command]))
 
     # --- verification ----------------------------------------------------------------------------
     async def verify(self, state: SweState, request: VerifyRequest) -> VerifyResult:
         bug, vis = self._trees(state.mutation, state.targets)
         zero = {"targets_fixed": 0.0, "regressions": 0.0}
-        changes, problem = await _changes(self._box(state), vis)
+        changes, problem = await trees.changes(self._box(state), vis)
         if problem is None:
             edited = sorted(p for p in changes if self.project.is_test_path(p))
             if edited:
@@ -283,15 +320,15 @@ class SweEnv(Environment):
         final = {**bug, **{p: d for p, d in carried.items() if d is not None}}
         for path in [p for p, d in carried.items() if d is None]:
             final.pop(path, None)
-        box = await self.sandboxes.create()
+        box = await self._checkout(final)
         try:
-            await _write_tree(box, final)
             run = await run_pytest(
                 box,
                 python=self.python,
                 runner=self.runner,
                 python_path=self.project.python_path,
                 timeout_s=self.test_timeout_s,
+                workdir=self.workdir,
             )
         finally:
             await box.destroy()
@@ -311,32 +348,3 @@ class SweEnv(Environment):
         return VerifyResult(
             reward=reward, reward_components={"targets_fixed": share, "regressions": reward - share}, metrics=metrics
         )
-
-
-async def _write_tree(box: Sandbox, files: checkout.Files) -> None:
-    for path, data in files.items():
-        await box.write_file(path, data)
-
-
-async def _changes(box: Sandbox, vis: checkout.Files) -> tuple[dict[str, bytes | None], str | None]:
-    """The model's changes against the tree it was given ({path: new bytes, or None if deleted}),
-    or the reason they cannot be judged."""
-    r = await box.exec(["find", ".", "-type", "f", "-not", "-path", "*/__pycache__/*"])
-    listed = sorted(line.removeprefix("./") for line in r.stdout.splitlines() if line)
-    if r.exit_code != 0 or r.stdout_truncated:
-        return {}, "the repository's files could not be listed"
-    changes: dict[str, bytes | None] = {}
-    for path in listed:
-        try:
-            data = await box.read_file(path, max_bytes=(1 << 20) + 1)
-        except (BadRequest, NotFound):
-            return {}, f"{path!r} could not be read"
-        if len(data) > 1 << 20:
-            return {}, f"{path!r} is larger than 1 MiB"
-        if vis.get(path) != data:
-            changes[path] = data
-        if len(changes) > MAX_CHANGED_FILES:
-            return {}, f"more than {MAX_CHANGED_FILES} files changed"
-    for path in set(vis) - set(listed):
-        changes[path] = None
-    return changes, None

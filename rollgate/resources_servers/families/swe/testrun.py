@@ -56,17 +56,24 @@ def parse_outcomes(stdout: str) -> tuple[dict[str, str], dict[str, str]]:
     return outcomes, messages
 
 
-def pythonpath(runner: str, python_path: Sequence[str]) -> str:
-    inner = [INNER_WORKDIR if p in (".", "") else f"{INNER_WORKDIR}/{p}" for p in python_path]
-    return ":".join([runner, *inner])
+def pythonpath(runner: str | None, python_path: Sequence[str], workdir: str = INNER_WORKDIR) -> str:
+    """The runner directory (None: pytest is installed in the sandbox's image) and the project's
+    import paths under the sandbox's work dir."""
+    inner = [workdir if p in (".", "") else f"{workdir}/{p}" for p in python_path]
+    return ":".join([*([runner] if runner else []), *inner])
 
 
 def pytest_argv(
-    python: str, runner: str, python_path: Sequence[str], selectors: Sequence[str], *extra: str
+    python: str,
+    runner: str | None,
+    python_path: Sequence[str],
+    selectors: Sequence[str],
+    *extra: str,
+    workdir: str = INNER_WORKDIR,
 ) -> list[str]:
     # a wide terminal: the summary's one-line failure messages are not cut at 80 columns; a fixed
     # hash seed: test ids built from set iteration (isodate's) are the same in every run
-    env = ["env", f"PYTHONPATH={pythonpath(runner, python_path)}", "COLUMNS=240", "PYTHONHASHSEED=0"]
+    env = ["env", f"PYTHONPATH={pythonpath(runner, python_path, workdir)}", "COLUMNS=240", "PYTHONHASHSEED=0"]
     return [*env, python, "-s", "-m", "pytest", *PYTEST_FLAGS, *extra, "--", *selectors]
 
 
@@ -74,14 +81,15 @@ async def run_pytest(
     sandbox: Sandbox,
     *,
     python: str,
-    runner: str,
+    runner: str | None,
     python_path: Sequence[str],
     selectors: Sequence[str] = (),
     timeout_s: float = 120.0,
+    workdir: str = INNER_WORKDIR,
 ) -> SuiteRun:
     """Every outcome of one quiet run (-rA, no tracebacks). Raises SandboxError when the run was
     stopped or its report was cut: a partial report must never be read as failures."""
-    argv = pytest_argv(python, runner, python_path, selectors, "-q", "-rA", "--tb=no")
+    argv = pytest_argv(python, runner, python_path, selectors, "-q", "-rA", "--tb=no", workdir=workdir)
     result = await sandbox.exec(argv, timeout_s=timeout_s)
     if result.timed_out or result.killed_by or result.stdout_truncated:
         raise SandboxError(f"the test run was stopped or its report cut ({result.summary()})")
