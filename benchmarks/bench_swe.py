@@ -6,6 +6,7 @@ It reads the validated tasks from Rollgate's cache (building them first when abs
 
     python -m benchmarks.bench_swe                        # every project, 4 tasks each
     python -m benchmarks.bench_swe --projects parse --tasks 8 --pool 0 4
+    python -m benchmarks.bench_swe --provider docker      # the swe image (scripts/docker-swe-image.sh)
 
 Prints a table and writes benchmarks/results/bench_swe.json.
 """
@@ -43,14 +44,14 @@ async def episode(rt: EnvRuntime, row: dict[str, Any], timings: dict[str, list[f
     return reward
 
 
-async def bench(name: str, n_tasks: int, rounds: int, pool: int) -> dict[str, Any]:
+async def bench(name: str, n_tasks: int, rounds: int, pool: int, provider: str = "local") -> dict[str, Any]:
     home = Settings().home
     project = PROJECTS[name]
     files = pristine(ensure_source(project, home))
     rows = [
         task_row(f"swe/{name}", project, t, files, f"b{i}") for i, t in enumerate(validated(project, n_tasks, home))
     ]
-    rt = EnvRuntime(SweEnv(name, home=home, warm_pool=pool), MemorySessionStore())
+    rt = EnvRuntime(SweEnv(name, home=home, sandbox=provider, warm_pool=pool), MemorySessionStore())
     timings: dict[str, list[float]] = {"seed": [], "verify": [], "run_tests": []}
     sid = (await rt.seed(rows[0])).session_id
     for _ in range(3):
@@ -88,10 +89,17 @@ def main() -> None:
     parser.add_argument("--tasks", type=cli.COUNT, default=4)
     parser.add_argument("--rounds", type=cli.COUNT, default=1)
     parser.add_argument("--pool", type=cli.at_least(0), nargs="+", default=[0, 2], help="warm pool sizes (0: off)")
+    parser.add_argument("--provider", choices=["local", "docker"], default="local", help="docker: the swe image")
     args = parser.parse_args()
-    rows = [asyncio.run(bench(name, args.tasks, args.rounds, pool)) for name in args.projects for pool in args.pool]
+    rows = [
+        asyncio.run(bench(name, args.tasks, args.rounds, pool, args.provider))
+        for name in args.projects
+        for pool in args.pool
+    ]
     columns = ["project", "tasks", "pool", "seed_p50_s", "seed_p99_s", "run_tests_p50_s", "verify_p50_s"]
-    print_table(rows, [*columns, "episodes_per_s_c1", "episodes_per_s_c2"], "swe oracle episodes (local sandbox)")
+    print_table(
+        rows, [*columns, "episodes_per_s_c1", "episodes_per_s_c2"], f"swe oracle episodes ({args.provider} sandbox)"
+    )
     print(write_results("bench_swe", {"results": rows}))
 
 

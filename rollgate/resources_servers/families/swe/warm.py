@@ -130,6 +130,7 @@ class CheckoutPool:
         with self._lock:
             self._closed = True
             loop, thread = self._loop, self._thread
+            self._loop = None  # a second aclose has nothing to do
         if loop is None or thread is None:
             return
         await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._drain(timeout_s), loop))
