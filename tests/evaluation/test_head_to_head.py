@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from rollgate.core.serving import serve_in_thread
@@ -137,6 +138,13 @@ def test_through_a_gateway_gives_the_in_process_result(run_cli, tmp_path, gatewa
     )
     assert rc == 0, stderr
     check_a_wins_every_game(report)
+    # each seating ran as an evaluation job with roles: the gateway reports it per role and policy
+    assert len(report["gateway_jobs"]) == 2
+    for job in report["gateway_jobs"]:
+        gateway_report = httpx.get(f"{gateway_url}/v1/rollouts/{job}/report", timeout=30).json()
+        assert gateway_report["job"]["purpose"] == "eval" and gateway_report["games"]["with_result"] == 4
+        assert gateway_report["policies"]["rollgate-tiny"]["win"]["value"] == 1.0
+        assert gateway_report["policies"]["other-policy"]["loss"]["value"] == 1.0
 
 
 def test_the_gateway_names_a_sides_unknown_model_and_a_single_role_env(run_cli, tmp_path, gateway_url):
@@ -218,6 +226,10 @@ def test_plain_eval_on_a_game_reports_each_roles_win_draw_and_loss_rates(run_cli
     assert "role player_0" in stdout and "self-play" in stdout
     trajs = read_jsonl(out / "trajectories.jsonl")
     assert len(trajs) == 8 and {t["policy"]["policy_version"] for t in trajs} == {"p3"}
+    if where == "gateway":  # one evaluation job with roles, whose own report gives the same rates
+        [job] = report["gateway_jobs"]
+        gateway_report = httpx.get(f"{at[1]}/v1/rollouts/{job}/report", timeout=30).json()
+        assert gateway_report["roles"] == report["roles"] and gateway_report["model"]["policy_version"] == ["p3"]
 
 
 def test_plain_eval_on_a_game_refuses_what_applies_to_single_role_envs(run_cli, tmp_path):
