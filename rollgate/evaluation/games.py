@@ -231,17 +231,23 @@ def _tasks(opts: HeadToHeadOptions) -> list[EvalTask]:
 
 
 def head_to_head(
-    opts: HeadToHeadOptions, source: StackGames | GatewayGames, *, on_total=None, on_game=None
+    opts: HeadToHeadOptions, source: StackGames | GatewayGames, *, on_total=None, on_game=None, every_seat=False
 ) -> dict[str, Any]:
-    """Check the inputs (each error names its field), play the games, report A against B."""
+    """Check the inputs (each error names its field), play the games, report A against B.
+    `every_seat` (self-play): a game of more than two roles seats B's policy in the others too."""
     check_games(opts.games)
     policies = {"A": parse_policy(opts.a, "A"), "B": parse_policy(opts.b, "B")}
     check_envs([opts.env], source.known_envs())
-    seats = seatings(opts.env, source.roles(opts.env), opts.seats)
+    roles = source.roles(opts.env)
+    others: tuple[str, ...] = ()
+    if every_seat and len(roles) > 2:
+        seats, others = [(roles[0], roles[1])], tuple(roles[2:])
+    else:
+        seats = seatings(opts.env, roles, opts.seats)
     models = source.models()
     if models is not None:
         check_policies(policies, models[1], models[0])
-    games = plan(_tasks(opts), seats, opts.games)
+    games = plan(_tasks(opts), seats, opts.games, others)
     if on_total:
         on_total(len(games))
     played: list[Played] = []
@@ -301,7 +307,7 @@ def self_play(
         if on_game:
             on_game(p)
 
-    h2h = head_to_head(opts, source, on_total=on_total, on_game=seen)
+    h2h = head_to_head(opts, source, on_total=on_total, on_game=seen, every_seat=True)
     play = play_report(trajectories, resamples=opts.resamples, seed=opts.bootstrap_seed)
     return {
         "kind": PLAY_KIND,

@@ -24,6 +24,7 @@ from tests.evaluation.conftest import read_jsonl
 pytest.importorskip("textarena")
 
 TTT = "textarena/TicTacToe"
+TTT3 = "textarena/ThreePlayerTicTacToe"
 
 
 def side(*cells: int, **policy) -> str:
@@ -239,3 +240,26 @@ def test_plain_eval_on_a_game_refuses_what_applies_to_single_role_envs(run_cli, 
     assert rc == 2 and "(field --env)" in stderr and "on its own" in stderr
     rc, _, stderr = run_cli(*base, "--env", TTT, "--resume")
     assert rc == 2 and "(field --resume)" in stderr
+
+
+def test_plain_eval_on_a_three_player_game_seats_the_model_in_every_role(run_cli, tmp_path):
+    """Self-play of textarena's ThreePlayerTicTacToe: the model in all three seats. Both tasks are
+    played with every seat only talking, so each game stops unfinished: a draw for every role."""
+    talk = {"rollgate_script": json.dumps([{"text": "hm"}])}
+    rows = [
+        {"responses_create_params": {"input": "Play.", "metadata": talk}, "env": TTT3, "task_id": f"t{i}"}
+        for i in range(2)
+    ]
+    tasks = tmp_path / "ttt3.jsonl"
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    rc, stdout, stderr = run_cli(
+        "eval", "--env", TTT3, "--tasks", tasks, "--k", 1, "--out", out,
+        "--max-turns", 1, "--backend", "scripted", "--no-progress",
+    )  # fmt: skip
+    assert rc == 0, stderr
+    report = json.loads((out / "play.json").read_text())
+    assert report["games"]["with_result"] == 2 and sorted(report["roles"]) == ["player_0", "player_1", "player_2"]
+    assert all(block["draw"]["value"] == 1.0 for block in report["roles"].values())
+    trajs = read_jsonl(out / "trajectories.jsonl")
+    assert len(trajs) == 6 and {t["role"] for t in trajs} == {"player_0", "player_1", "player_2"}

@@ -26,13 +26,18 @@ from tests.gateway.test_roles_jobs import moves, results, ttt_rows
 pytest.importorskip("textarena")
 
 TTT = "textarena/TicTacToe"
+TTT3 = "textarena/ThreePlayerTicTacToe"  # a 5x5 board, a line of four wins
+# the tiny model's own window is too short for three players' 5x5 boards; the scripted policies
+# read nothing, so a longer window changes only where the episode would stop
+LONG_CONTEXT = {"max_context_tokens": 16384}
 # player_0 completes the top row whether it moves first or second: player_1 never completes a line first
 A_WINS = {"player_0": {"metadata": moves(0, 1, 2)}, "player_1": {"model": "other-policy", "metadata": moves(6, 7, 3)}}
 
 
 @pytest.fixture(scope="module")
 def other_model_url(tiny_model_dir):
-    settings = Settings(model={"backend": "scripted", "model_path": tiny_model_dir, "served_name": "other-policy"})
+    model = {"backend": "scripted", "model_path": tiny_model_dir, "served_name": "other-policy", **LONG_CONTEXT}
+    settings = Settings(model=model)
     with serve_in_thread(create_model_app(build_service(settings)), timeout_s=60) as url:
         yield url
 
@@ -43,8 +48,8 @@ def gateway_url(request, other_model_url):
 
     extra = {"redis_url": request.getfixturevalue("redis_url")} if request.param == "redis" else {}
     settings = Settings(
-        model={"backend": "scripted"},
-        envs=[TTT],
+        model={"backend": "scripted", **LONG_CONTEXT},
+        envs=[TTT, TTT3],
         gateway={"ui": False, "auth": False, "queue_prefix": f"rgtest:{uuid.uuid4().hex[:12]}"},
         role_models={"other-policy": other_model_url, "down": f"http://127.0.0.1:{free_port()}"},
         **extra,
@@ -143,3 +148,30 @@ def test_an_eval_job_with_roles_refuses_what_only_pass_at_k_scoring_takes(gatewa
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["field"] == field and "scored by play" in err["message"]
+
+
+def test_a_three_player_game_runs_one_trajectory_per_role_and_reports_each_role(gateway_url):
+    """player_0 completes cells 0-3 (a row of four) on its fourth move, before the others have
+    four; textarena gives the winner 1 and each other player -1 (not zero-sum)."""
+    roles = {
+        "player_0": {"metadata": moves(0, 1, 2, 3)},
+        "player_1": {"model": "other-policy", "metadata": moves(10, 11, 12, 13)},
+        "player_2": {"metadata": moves(20, 21, 22, 23), "policy_version": "third"},
+    }
+    row = {"responses_create_params": {"input": "Play."}, "env": TTT3, "seed": 5, "task_id": "ttt3"}
+    with httpx.Client(base_url=gateway_url, timeout=60) as c:
+        assert c.get(f"/envs/{TTT3}/roles").json()["roles"] == {f"player_{i}": ["act"] for i in range(3)}
+        _, lines, report = run_eval(c, {"tasks": [row], "k": 2, "roles": roles})
+        r = c.post("/v1/rollouts", json={"tasks": [row], "roles": {"player_0": {}, "player_1": {}}})
+        assert r.status_code == 400 and r.json()["error"]["field"] == "roles.player_2"  # every seat needs a policy
+    trajs = trajectories(lines)
+    assert len(trajs) == 6 and len({t.episode_id for t in trajs}) == 2
+    for t in trajs:
+        assert t.outcome.value == "completed" and t.reward == (1.0 if t.role == "player_0" else -1.0)
+        assert t.turns and t.metrics["token_drift"] == 0
+    assert {t.role: t.policy.model for t in trajs}["player_1"] == "other-policy"
+    assert report["roles"]["player_0"]["win"]["value"] == 1.0
+    assert report["roles"]["player_1"]["loss"]["value"] == report["roles"]["player_2"]["loss"]["value"] == 1.0
+    scores = {p: b["score"]["value"] for p, b in report["policies"].items()}
+    assert scores == {"rollgate-tiny": 1.0, "other-policy": 0.0, "rollgate-tiny@third": 0.0}
+    assert "head_to_head" not in report  # three policies met: no single pair
