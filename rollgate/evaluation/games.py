@@ -101,12 +101,14 @@ class StackGames:
 
 
 class GatewayGames:
-    """Games as rollout jobs on a gateway: one job per seating (each task a row, its games the
-    job's repeats), its `episode` records streamed back and mapped onto the games."""
+    """Games as evaluation jobs with roles on a gateway (`purpose: "eval"`): one job per seating
+    (each task a row, its games the job's repeats), its `episode` records streamed back and mapped
+    onto the games. The gateway keeps each job's per-role report and shows it in its summary."""
 
     def __init__(self, url: str, *, api_key: str | None = None):
         self.url = url
         self.api_key = api_key
+        self.job_ids: list[str] = []  # the evaluation jobs submitted (GET /v1/rollouts/{job}/report)
 
     def _client(self):
         from rollgate.client.gateway import RolloutClient
@@ -135,10 +137,17 @@ class GatewayGames:
                     tasks = list({g.task.task_id: g.task for g in seated}.values())
                     repeats = max(g.index for g in seated) + 1
                     try:
-                        job = client.submit([t.row for t in tasks], repeats=repeats, roles=seated[0].roles(policies))
+                        job = client.submit(
+                            [t.row for t in tasks],
+                            repeats=repeats,
+                            roles=seated[0].roles(policies),
+                            purpose="eval",  # the gateway reports it per role, and in its summary
+                            policy_version=_shared_version(policies),
+                        )
                     except BadRequest as exc:
                         raise _side_error(exc, seated[0]) from None
                     submitted.append((job["job_id"], seated, tasks))
+                    self.job_ids.append(job["job_id"])
                 for job_id, seated, tasks in submitted:
                     self._stream(client, job_id, seated, tasks, on_result)
             except BaseException:
@@ -171,6 +180,13 @@ class GatewayGames:
                 on_result(Played(game, None, FailureRecord.model_validate(rec).error.kind.value))
             else:
                 on_result(Played(game, EpisodeRecord.model_validate(rec)))
+
+
+def _shared_version(policies: dict[str, RolePolicy]) -> str | None:
+    """The job's policy version: the one both sides share (self-play), else none (each role's
+    own version rides on its policy)."""
+    versions = {p.policy_version for p in policies.values()}
+    return versions.pop() if len(versions) == 1 else None
 
 
 def _side_error(exc: BadRequest, game: Game) -> BadRequest:
@@ -215,17 +231,23 @@ def _tasks(opts: HeadToHeadOptions) -> list[EvalTask]:
 
 
 def head_to_head(
-    opts: HeadToHeadOptions, source: StackGames | GatewayGames, *, on_total=None, on_game=None
+    opts: HeadToHeadOptions, source: StackGames | GatewayGames, *, on_total=None, on_game=None, every_seat=False
 ) -> dict[str, Any]:
-    """Check the inputs (each error names its field), play the games, report A against B."""
+    """Check the inputs (each error names its field), play the games, report A against B.
+    `every_seat` (self-play): a game of more than two roles seats B's policy in the others too."""
     check_games(opts.games)
     policies = {"A": parse_policy(opts.a, "A"), "B": parse_policy(opts.b, "B")}
     check_envs([opts.env], source.known_envs())
-    seats = seatings(opts.env, source.roles(opts.env), opts.seats)
+    roles = source.roles(opts.env)
+    others: tuple[str, ...] = ()
+    if every_seat and len(roles) > 2:
+        seats, others = [(roles[0], roles[1])], tuple(roles[2:])
+    else:
+        seats = seatings(opts.env, roles, opts.seats)
     models = source.models()
     if models is not None:
         check_policies(policies, models[1], models[0])
-    games = plan(_tasks(opts), seats, opts.games)
+    games = plan(_tasks(opts), seats, opts.games, others)
     if on_total:
         on_total(len(games))
     played: list[Played] = []
@@ -245,7 +267,7 @@ def head_to_head(
         if out is not None:
             out.close()
     default = models[0] if models is not None else _served_model(played, policies)
-    return head_to_head_report(
+    report = head_to_head_report(
         opts.env,
         policies,
         default,
@@ -255,6 +277,9 @@ def head_to_head(
         resamples=opts.resamples,
         seed=opts.bootstrap_seed,
     )
+    if isinstance(source, GatewayGames):
+        report["gateway_jobs"] = list(source.job_ids)
+    return report
 
 
 def _served_model(played: Sequence[Played], policies: dict[str, RolePolicy]) -> str:
@@ -282,7 +307,7 @@ def self_play(
         if on_game:
             on_game(p)
 
-    h2h = head_to_head(opts, source, on_total=on_total, on_game=seen)
+    h2h = head_to_head(opts, source, on_total=on_total, on_game=seen, every_seat=True)
     play = play_report(trajectories, resamples=opts.resamples, seed=opts.bootstrap_seed)
     return {
         "kind": PLAY_KIND,
@@ -294,4 +319,5 @@ def self_play(
         "roles": play["roles"],
         "policies": {},
         "failures": h2h["games"]["without_result"],
+        **({"gateway_jobs": h2h["gateway_jobs"]} if "gateway_jobs" in h2h else {}),
     }

@@ -127,13 +127,12 @@ class Game:
     a_role: str
     b_role: str
     index: int  # the game's number among this task's games in this seating
+    others: tuple[str, ...] = ()  # more roles seated with B's policy (self-play of a game of three)
 
     def roles(self, policies: dict[str, RolePolicy]) -> dict[str, dict[str, Any]]:
         """The job's `roles`: each role mapped to the policy seated there."""
-        return {
-            self.a_role: policies["A"].model_dump(exclude_none=True, exclude_defaults=True),
-            self.b_role: policies["B"].model_dump(exclude_none=True, exclude_defaults=True),
-        }
+        a, b = (policies[side].model_dump(exclude_none=True, exclude_defaults=True) for side in SIDES)
+        return {self.a_role: a, self.b_role: b, **{role: b for role in self.others}}
 
 
 def check_games(games: int) -> None:
@@ -141,9 +140,11 @@ def check_games(games: int) -> None:
         raise BadRequest(f"--games must be >= 1, got {games}", component=COMPONENT, field="--games")
 
 
-def plan(tasks: Sequence[EvalTask], seats: Sequence[tuple[str, str]], games: int) -> list[Game]:
+def plan(
+    tasks: Sequence[EvalTask], seats: Sequence[tuple[str, str]], games: int, others: tuple[str, ...] = ()
+) -> list[Game]:
     check_games(games)
-    return [Game(t, a, b, i) for t in tasks for a, b in seats for i in range(games)]
+    return [Game(t, a, b, i, others) for t in tasks for a, b in seats for i in range(games)]
 
 
 def result_for_a(game: Game, record: EpisodeRecord) -> str | None:

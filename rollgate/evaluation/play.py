@@ -1,5 +1,6 @@
 """Evaluation by play (docs/roles.md): win, draw and loss rates of multi-role episodes, per role
-and head to head between two policies, with 95% bootstrap intervals over tasks.
+and head to head between two policies, with 95% bootstrap intervals over tasks (the statistics
+are rollgate.core.play_metrics, which the gateway's evaluation jobs with roles use too).
 
 Input: the per-role trajectories of `rollgate collect --roles` (or the `episode` records of a job).
 An episode counts once per role: a role wins when its reward is above every other role's, draws
@@ -18,15 +19,38 @@ from typing import Any
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import BadRequest
+from rollgate.core.play_metrics import RESULTS, Seat, play_summary, policy_name, rates
+from rollgate.core.play_metrics import result_of as core_result_of
 from rollgate.core.schemas import Trajectory
-from rollgate.core.stats import bootstrap_mean
 
-RESULTS = ("win", "draw", "loss")
+__all__ = [
+    "RESULTS",
+    "episodes_of",
+    "play_report",
+    "play_table",
+    "policy_key",
+    "rates",
+    "read_trajectories",
+    "result_of",
+    "seat",
+]
 
 
 def policy_key(t: Trajectory) -> str:
     """A policy as the report names it: the model, and the policy version where there is one."""
-    return t.policy.model + (f"@{t.policy.policy_version}" if t.policy.policy_version else "")
+    return policy_name(t.policy.model, t.policy.policy_version)
+
+
+def seat(t: Trajectory) -> Seat:
+    return Seat(
+        role=str(t.role),
+        policy=policy_key(t),
+        reward=t.reward,
+        ok=t.ok,
+        outcome=t.outcome.value,
+        task_id=t.task.task_id,
+        env=t.task.env,
+    )
 
 
 def read_trajectories(path: Path) -> list[Trajectory]:
@@ -57,54 +81,15 @@ def episodes_of(trajectories: Iterable[Trajectory]) -> dict[str, list[Trajectory
 
 
 def result_of(t: Trajectory, episode: list[Trajectory]) -> str:
-    best_other = max(o.reward for o in episode if o is not t)  # type: ignore[type-var]
-    return "win" if t.reward > best_other else "draw" if t.reward == best_other else "loss"  # type: ignore[operator]
-
-
-def rates(per_task: dict[str, list[str]], resamples: int, seed: int) -> dict[str, Any]:
-    """Win, draw and loss rates and the score, each a mean over tasks with its interval."""
-    out: dict[str, Any] = {"episodes": sum(len(v) for v in per_task.values()), "tasks": len(per_task)}
-    for name in RESULTS:
-        values = [sum(r == name for r in rs) / len(rs) for rs in per_task.values()]
-        est = bootstrap_mean(values, resamples=resamples, seed=seed)
-        out[name] = est.as_dict() if est else None
-    # the score of chess: a win 1, a draw 1/2
-    scores = [sum({"win": 1.0, "draw": 0.5}.get(r, 0.0) for r in rs) / len(rs) for rs in per_task.values()]
-    est = bootstrap_mean(scores, resamples=resamples, seed=seed)
-    out["score"] = est.as_dict() if est else None
-    return out
+    seats = [seat(o) for o in episode]
+    return core_result_of(next(s for s, o in zip(seats, episode, strict=True) if o is t), seats)
 
 
 def play_report(trajectories: Iterable[Trajectory], *, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
     """Per role and per policy: win / draw / loss rates and the score, each with its interval;
     `head_to_head` when exactly two policies met (the second named against the first)."""
-    by_role: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    by_policy: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    failures: dict[str, int] = defaultdict(int)
-    envs: set[str] = set()
-    meetings: set[tuple[str, ...]] = set()
-    for episode in episodes_of(trajectories).values():
-        envs.add(episode[0].task.env)
-        if not all(t.ok for t in episode) or len(episode) < 2:
-            failures[episode[0].outcome.value] += 1
-            continue
-        meetings.add(tuple(sorted({policy_key(t) for t in episode})))
-        for t in episode:
-            result = result_of(t, episode)
-            by_role[t.role][t.task.task_id].append(result)  # type: ignore[index]
-            if len({policy_key(o) for o in episode}) > 1:  # self-play says nothing about one policy against another
-                by_policy[policy_key(t)][t.task.task_id].append(result)
-    report: dict[str, Any] = {
-        "envs": sorted(envs),
-        "roles": {role: rates(tasks, resamples, seed) for role, tasks in sorted(by_role.items())},
-        "policies": {p: rates(tasks, resamples, seed) for p, tasks in sorted(by_policy.items())},
-        "failures": dict(failures),
-    }
-    pairs = [m for m in meetings if len(m) == 2]
-    if len(pairs) == 1 and len(by_policy) == 2:
-        a, b = pairs[0]
-        report["head_to_head"] = {"a": a, "b": b, **report["policies"][b]}
-    return report
+    episodes = [[seat(t) for t in ep] for ep in episodes_of(trajectories).values()]
+    return play_summary(episodes, resamples=resamples, seed=seed)
 
 
 def play_table(report: dict[str, Any]) -> str:

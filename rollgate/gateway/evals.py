@@ -4,7 +4,8 @@ finished jobs per policy version (the learning curve as the service saw it).
 A report has the shape of `rollgate eval`'s report.json (docs/evaluation.md): per environment and
 overall, mean reward, pass@k and majority@k with 95% bootstrap intervals over tasks, failures
 excluded and counted apart. The estimators are rollgate.core.stats, the ones `rollgate eval`
-uses. A task is one row of the job; its samples are the row's repeats (k).
+uses. A task is one row of the job; its samples are the row's repeats (k). A job with roles is
+scored by play instead (rollgate.gateway.eval_play: each role's wins, draws and losses).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from rollgate.core import jsonutil
 from rollgate.core.errors import RollgateError
 from rollgate.core.eval_metrics import MetricConfig, TaskResult, env_blocks
 from rollgate.core.schemas import ErrorKind, Outcome
+from rollgate.gateway.eval_play import REPORT_KIND as PLAY_KIND
+from rollgate.gateway.eval_play import build_play_report, play_headline, slim_episode
 from rollgate.jobs.queue import EvalOptions, JobProgress, JobQueue, decode_record
 
 COMPONENT = "gateway"
@@ -135,6 +138,8 @@ def slim(stored: bytes) -> tuple[str, dict[str, Any]]:
     token ids: a large job's report must not hold all of them at once)."""
     kind, raw = decode_record(stored)
     rec = jsonutil.loads(raw)
+    if kind == "episode":
+        return kind, slim_episode(rec)
     turns = rec.get("turns") or []
     answer = (rec.get("metrics") or {}).get("answer")
     return kind, {
@@ -146,6 +151,7 @@ def slim(stored: bytes) -> tuple[str, dict[str, Any]]:
         "metrics": {"answer": answer} if answer is not None else {},
         "policy": {k: v for k, v in (rec.get("policy") or {}).items() if k in ("model", "policy_version")},
         "turns": [{"weight_version": turns[-1].get("weight_version")}] if turns else [],
+        "failure": (rec.get("error") or {}).get("kind") if kind == "failure" else None,
     }
 
 
@@ -194,7 +200,8 @@ class EvalReports:
                 field="job_id",
             )
         records = await read_records(self.queue, job_id, prog.total)
-        report = await asyncio.to_thread(build_report, prog, records)
+        # a job with roles is scored by play (each role's wins, draws and losses), not by pass@k
+        report = await asyncio.to_thread(build_play_report if prog.roles else build_report, prog, records)
         self._cache[job_id] = report
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
@@ -222,7 +229,10 @@ class EvalReports:
                         report = await self.report(j.job_id, j)
                     except RollgateError as exc:  # e.g. its records expired: one job must not sink the curve
                         why = f"unavailable: {exc.message}"
-                entry.update(headline(report) if report is not None else {"report": why})
+                if report is None:
+                    entry["report"] = why
+                else:
+                    entry.update(play_headline(report) if report["kind"] == PLAY_KIND else headline(report))
                 v.setdefault("eval", []).insert(0, entry)
             else:
                 train = v.setdefault("train", {"jobs": 0, "records": 0, "rewarded": 0, "reward_sum": 0.0})

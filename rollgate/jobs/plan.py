@@ -40,7 +40,8 @@ class RolloutRequest(BaseModel):
     purpose: JobPurpose = Field(
         "train",
         description='"train" (a batch for a trainer) or "eval" (measures the policy version: '
-        "GET /v1/rollouts/{job}/report answers mean reward and pass@k with 95% intervals when it ends)",
+        "GET /v1/rollouts/{job}/report answers mean reward and pass@k with 95% intervals when it ends; "
+        "with `roles`, each role's and policy's win / draw / loss rates)",
     )
     k: JsonInt | None = Field(
         None, ge=1, le=1024, description="eval only: samples per task (the same as repeats; give one or both, equal)"
@@ -167,7 +168,7 @@ def plan_job(
                     roles=roles,
                 )
             )
-    if eval_options is not None:
+    if eval_options is not None and roles is None:  # a job with roles is scored by play: no threshold
         check_threshold(
             eval_options.threshold, sorted({t.env for t in tasks}), partial(reward_range, registry=registry)
         )

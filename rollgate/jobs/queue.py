@@ -110,6 +110,7 @@ class JobProgress(BaseModel):
     priority: int = 1
     error: str | None = None  # why a `failed` job failed
     agent: str | None = None
+    roles: dict[str, Any] | None = None  # a multi-role job: role -> RolePolicy
 
     @property
     def finished(self) -> bool:
@@ -245,6 +246,7 @@ def progress_from(
         priority=spec.priority,
         error=error,
         agent=spec.agent,
+        roles=spec.roles,
     )
 
 

@@ -40,11 +40,14 @@ def check_job_roles(req: Any, known_models: list[str]) -> dict[str, Any] | None:
     if not req.roles:
         return None
     if req.purpose == "eval":
-        raise BadRequest(
-            'roles: evaluation jobs with roles are not supported yet; submit a "train" job (docs/roles.md)',
-            component=COMPONENT,
-            field="roles",
-        )
+        for name in ("threshold", "pass_k"):
+            if getattr(req, name) is not None:
+                raise BadRequest(
+                    f"{name}: an evaluation job with roles is scored by play (each role's wins, draws and losses "
+                    f"with intervals), not by a threshold or pass@k; leave {name} out",
+                    component=COMPONENT,
+                    field=name,
+                )
     if req.agent not in (None, AGENT_NAME):
         raise BadRequest(
             f"agent: a job with roles runs the {AGENT_NAME!r} loop; name each role's agent in roles.<role>.agent",

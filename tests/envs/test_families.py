@@ -291,7 +291,7 @@ def test_without_the_library_the_family_is_listed_unavailable_with_the_install_h
     monkeypatch.setattr(rg, "LIB", Library("no_such_reasoning_lib", "reasoning-gym"))
     monkeypatch.setattr(ta, "LIB", Library("no_such_textarena_lib", "textarena"))
     specs = rg.environments() + ta.environments()
-    assert len(specs) == 169 and not any(s.available for s in specs)  # 106 + 21 one-player + 42 two-player
+    assert len(specs) == 174 and not any(s.available for s in specs)  # 106 + 21 one-player + 42 two- + 5 multi-player
     assert all(INSTALL_HINT in s.reason for s in specs if not s.name.endswith("/composite"))
 
 

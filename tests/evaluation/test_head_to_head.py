@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from rollgate.core.serving import serve_in_thread
@@ -23,6 +24,7 @@ from tests.evaluation.conftest import read_jsonl
 pytest.importorskip("textarena")
 
 TTT = "textarena/TicTacToe"
+TTT3 = "textarena/ThreePlayerTicTacToe"
 
 
 def side(*cells: int, **policy) -> str:
@@ -137,6 +139,13 @@ def test_through_a_gateway_gives_the_in_process_result(run_cli, tmp_path, gatewa
     )
     assert rc == 0, stderr
     check_a_wins_every_game(report)
+    # each seating ran as an evaluation job with roles: the gateway reports it per role and policy
+    assert len(report["gateway_jobs"]) == 2
+    for job in report["gateway_jobs"]:
+        gateway_report = httpx.get(f"{gateway_url}/v1/rollouts/{job}/report", timeout=30).json()
+        assert gateway_report["job"]["purpose"] == "eval" and gateway_report["games"]["with_result"] == 4
+        assert gateway_report["policies"]["rollgate-tiny"]["win"]["value"] == 1.0
+        assert gateway_report["policies"]["other-policy"]["loss"]["value"] == 1.0
 
 
 def test_the_gateway_names_a_sides_unknown_model_and_a_single_role_env(run_cli, tmp_path, gateway_url):
@@ -218,6 +227,10 @@ def test_plain_eval_on_a_game_reports_each_roles_win_draw_and_loss_rates(run_cli
     assert "role player_0" in stdout and "self-play" in stdout
     trajs = read_jsonl(out / "trajectories.jsonl")
     assert len(trajs) == 8 and {t["policy"]["policy_version"] for t in trajs} == {"p3"}
+    if where == "gateway":  # one evaluation job with roles, whose own report gives the same rates
+        [job] = report["gateway_jobs"]
+        gateway_report = httpx.get(f"{at[1]}/v1/rollouts/{job}/report", timeout=30).json()
+        assert gateway_report["roles"] == report["roles"] and gateway_report["model"]["policy_version"] == ["p3"]
 
 
 def test_plain_eval_on_a_game_refuses_what_applies_to_single_role_envs(run_cli, tmp_path):
@@ -227,3 +240,26 @@ def test_plain_eval_on_a_game_refuses_what_applies_to_single_role_envs(run_cli, 
     assert rc == 2 and "(field --env)" in stderr and "on its own" in stderr
     rc, _, stderr = run_cli(*base, "--env", TTT, "--resume")
     assert rc == 2 and "(field --resume)" in stderr
+
+
+def test_plain_eval_on_a_three_player_game_seats_the_model_in_every_role(run_cli, tmp_path):
+    """Self-play of textarena's ThreePlayerTicTacToe: the model in all three seats. Both tasks are
+    played with every seat only talking, so each game stops unfinished: a draw for every role."""
+    talk = {"rollgate_script": json.dumps([{"text": "hm"}])}
+    rows = [
+        {"responses_create_params": {"input": "Play.", "metadata": talk}, "env": TTT3, "task_id": f"t{i}"}
+        for i in range(2)
+    ]
+    tasks = tmp_path / "ttt3.jsonl"
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    rc, stdout, stderr = run_cli(
+        "eval", "--env", TTT3, "--tasks", tasks, "--k", 1, "--out", out,
+        "--max-turns", 1, "--backend", "scripted", "--no-progress",
+    )  # fmt: skip
+    assert rc == 0, stderr
+    report = json.loads((out / "play.json").read_text())
+    assert report["games"]["with_result"] == 2 and sorted(report["roles"]) == ["player_0", "player_1", "player_2"]
+    assert all(block["draw"]["value"] == 1.0 for block in report["roles"].values())
+    trajs = read_jsonl(out / "trajectories.jsonl")
+    assert len(trajs) == 6 and {t["role"] for t in trajs} == {"player_0", "player_1", "player_2"}

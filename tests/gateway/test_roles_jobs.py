@@ -121,7 +121,7 @@ def test_bad_role_mappings_are_a_400_naming_the_role_and_what_is_accepted(gatewa
         ({"roles": {**good, "player_0": {"agent": "smolagents"}}}, "roles.player_0.agent", "rollgate"),
         ({"roles": {**good, "player_0": {"sampling": {"temprature": 1}}}}, "roles.player_0.sampling.temprature", ""),
         ({}, "roles", "player_0, player_1"),  # a multi-role environment without roles
-        ({"roles": good, "purpose": "eval"}, "roles", "not supported yet"),
+        ({"roles": good, "purpose": "eval", "threshold": 0.5}, "threshold", "scored by play"),
     ]
     with httpx.Client(base_url=gateway_url, timeout=60) as c:
         for extra, field, accepted in cases:

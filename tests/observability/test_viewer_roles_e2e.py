@@ -62,3 +62,31 @@ def test_the_viewer_shows_a_real_roles_jobs_episodes_side_by_side(browser, tiny_
         assert [col[2] for col in columns] == ["1", "-1"]  # player_0's line wins
         assert "seat-a" in columns[0][4] and "temperature 0.5" in columns[1][4]
         browser.screenshot("viewer-real-episode.png")
+
+
+def test_the_viewer_shows_an_eval_job_with_roles_as_each_roles_win_draw_and_loss(browser, tiny_model_dir):
+    from rollgate.stack.embedded import build_app
+
+    settings = Settings(model={"backend": "scripted", "model_path": tiny_model_dir}, envs=[TTT])
+    roles = {"player_0": {"metadata": moves(0, 1, 2)}, "player_1": {"metadata": moves(3, 4)}}
+    rows = [{"responses_create_params": {"input": "Play TicTacToe."}, "env": TTT, "seed": 3, "task_id": "ttt-eval"}]
+    with serve_in_thread(build_app(settings), timeout_s=120) as url:
+        with httpx.Client(base_url=url, timeout=120) as c:
+            r = c.post("/v1/rollouts", json={"tasks": rows, "k": 2, "roles": roles, "purpose": "eval"})
+            assert r.status_code == 201, r.text
+            job_id = r.json()["job_id"]
+            c.get(f"/v1/rollouts/{job_id}/results", params={"wait": "true"})
+            report = c.get(f"/v1/rollouts/{job_id}/report").json()
+        browser.goto("about:blank")
+        browser.goto(f"{url}/ui#job={job_id}")
+        browser.wait_for("!!document.querySelector('#report tr[data-role]')")
+        shown = browser.eval(
+            "[...document.querySelectorAll('#report tbody tr')].map(r => [...r.cells].map(c => c.textContent))"
+        )
+        assert [row[:3] for row in shown] == [
+            ["role player_0", "2", "1 [1, 1]"],
+            ["role player_1", "2", "0 [0, 0]"],
+        ]
+        assert shown[1][4] == "1 [1, 1]" and report["roles"]["player_1"]["loss"]["value"] == 1.0
+        assert "2 of 2 games with a result" in browser.eval("document.querySelector('#report').textContent")
+        browser.screenshot("viewer-eval-roles.png")

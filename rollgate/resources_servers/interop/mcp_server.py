@@ -10,6 +10,15 @@ reachable: `tools/call` goes to `EnvRuntime.call_tool`, which knows the environm
 nothing else, so no name reaches seed, reset, verify, close or state; every other MCP method
 (resources, prompts, ...) is "method not found".
 
+A multi-role environment (docs/roles.md) is served one role per endpoint:
+`/sessions/{id}/mcp?role=<role>`. Each role's client lists only that role's tools and every call
+runs as that role, so a call out of turn is a tool result with `isError` naming the role and whose
+turn it is, as on the native route; each result's `_meta` says whose turn it is now
+(`rollgate/turn`) and whether the episode is over (`rollgate/done`). An endpoint that names no
+role, or one the environment does not have, is a 400 naming the roles before any MCP; a role on a
+single-role environment too. Observations and verify stay on the native routes (`observe`,
+`verify` with the role): the model calls only tools.
+
 The transport runs stateless (a fresh MCP server transport per HTTP request, JSON answers, no
 MCP session id): the Rollgate session is the only state, kept in the session store, so any
 replica behind a gateway can answer any request. The `mcp` package is imported on the first
@@ -25,11 +34,37 @@ from starlette.types import Receive, Scope, Send
 from rollgate.core.app import error_response
 from rollgate.core.errors import BadRequest, RollgateError
 from rollgate.resources_servers.base import EnvRuntime
+from rollgate.resources_servers.roles import tools_of
 
 MCP_PATH = "/sessions/{session_id}/mcp"
 MCP_METHODS = ["GET", "POST", "DELETE"]
 
 MISSING_EXTRA = 'MCP needs the optional extra "interop": pip install "rollgate[interop]"'
+
+
+def endpoint_role(runtime: EnvRuntime, scope: Scope) -> str | None:
+    """The role an endpoint serves (`?role=`): required on a multi-role environment, refused on a
+    single-role one; a 400 naming the roles otherwise."""
+    from urllib.parse import parse_qs
+
+    env = runtime.env
+    given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("role")
+    role = given[-1] if given else None
+    if env.roles and role not in env.roles:
+        what = "names no role" if role is None else f"names role {role!r}"
+        raise BadRequest(
+            f"role: the MCP endpoint {what}; {env.name} has roles: {', '.join(env.roles)}. Each role plays "
+            f"through its own endpoint, e.g. /sessions/{{session_id}}/mcp?role={env.roles[0]}",
+            component=runtime.component,
+            field="role",
+        )
+    if role is not None and not env.roles:
+        raise BadRequest(
+            f"role: {env.name} has a single role; leave role out of the MCP endpoint",
+            component=runtime.component,
+            field="role",
+        )
+    return role
 
 
 def mcp_tools(runtime: EnvRuntime) -> list[Any]:
@@ -59,7 +94,11 @@ class MCPSessionEndpoint:
 
         @server.list_tools()
         async def list_tools() -> list[types.Tool]:
-            return tools
+            role = server.request_context.request.query_params.get("role")
+            if not runtime.env.roles:
+                return tools
+            mine = set(tools_of(runtime.env, role))  # a role is offered its own tools only
+            return [t for t in tools if t.name in mine]
 
         # The runtime validates arguments with the tool's own model (the same error text the
         # native route gives); the SDK's jsonschema pass would only repeat it.
@@ -67,8 +106,12 @@ class MCPSessionEndpoint:
         async def call_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
             request = server.request_context.request
             session_id = request.scope["path_params"]["session_id"]
-            out = await runtime.call_tool(session_id, name, arguments)
-            return types.CallToolResult(content=[types.TextContent(type="text", text=out.output)], isError=out.is_error)
+            role = request.query_params.get("role") if runtime.env.roles else None
+            out = await runtime.call_tool(session_id, name, arguments, role)
+            meta = {"rollgate/turn": out.turn, "rollgate/done": out.done} if runtime.env.roles else None
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=out.output)], isError=out.is_error, _meta=meta
+            )
 
         return server
 
@@ -76,6 +119,7 @@ class MCPSessionEndpoint:
         try:
             # Bound to a seeded session: an unknown or expired one is a 404 before any MCP.
             await self.runtime.store.get(scope["path_params"]["session_id"])
+            endpoint_role(self.runtime, scope)
             if self._server is None:
                 try:
                     self._server = self._build()

@@ -11,6 +11,9 @@ Mounted at `<env base>/openenv` (`env_router`): `/openenv/...` on a resources se
                     session, deleted before the answer (episodes run over /ws)
     GET  /schema, /health, /metadata, /openapi.json;  POST /mcp (tools/list; tools/call in an episode)
 
+A multi-role environment (docs/roles.md) is refused on this face (`multi_role_refusal`): every
+reset and step answers an error naming the reason, and /metadata lists its roles.
+
 The action, observation and state are openenv_episode.py's. The face's app is built on its first
 request (the MCP face does the same): a hundred environments in one process cost nothing until used.
 """
@@ -144,6 +147,27 @@ def exception_frame(exc: Exception, runtime: EnvRuntime) -> str:
     return error_frame(f"{type(exc).__name__}: {exc}", "EXECUTION_ERROR", component=f"env:{runtime.name}")
 
 
+def multi_role_refusal(runtime: EnvRuntime) -> BadRequest | None:
+    """Why a multi-role environment is not served over OpenEnv (None: a single-role one is).
+    OpenEnv's episode is one agent's: reset, step, and one reward for that agent. A game's
+    episode needs a policy acting for every role on one session; OpenEnv's own multi-player
+    environments play the other seats inside the server with a built-in opponent, and Rollgate
+    has none to offer (its opponents are policies that a job names). Serving one seat would
+    leave the others unplayed, and one client playing every seat would break the one-reward
+    contract, so the face says so instead of half-working."""
+    env = runtime.env
+    if not env.roles:
+        return None
+    return BadRequest(
+        f"env: {env.name} has roles ({', '.join(env.roles)}) and OpenEnv serves single-agent episodes "
+        "(reset, step, one reward); a multi-role episode needs a policy for every role on one session. "
+        "Play it with one MCP endpoint per role (/sessions/{id}/mcp?role=...), the native routes with "
+        "`role`, or a rollout job with `roles` (docs/roles.md)",
+        component=COMPONENT,
+        field="env",
+    )
+
+
 def rpc_error(rid: Any, code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
 
@@ -215,6 +239,9 @@ class OpenEnvFace:
             return error_frame('a frame is a JSON object {"type": ..., "data": ...}', "VALIDATION_ERROR"), False
         kind, data = msg.get("type"), msg.get("data")
         try:
+            refused = multi_role_refusal(self.runtime) if kind in ("reset", "step") else None
+            if refused is not None:
+                raise refused
             if kind == "reset":
                 return jsonutil.dumps_str({"type": "observation", "data": await episode.reset(data)}), False
             if kind == "step":
@@ -292,6 +319,9 @@ class OpenEnvFace:
         tags = ["OpenEnv"]
 
         async def run(body: ResetData | None, action: dict[str, Any] | None) -> dict[str, Any]:
+            refused = multi_role_refusal(runtime)
+            if refused is not None:
+                raise refused
             episode = self.episode()
             try:
                 result = await episode.reset(body.model_dump(exclude_unset=True) if body else None)
@@ -324,7 +354,8 @@ class OpenEnvFace:
         @app.get("/metadata", tags=tags)
         async def metadata() -> dict[str, Any]:
             description = runtime.env.description or f"Rollgate environment {runtime.name}"
-            return {"name": runtime.name, "description": description, "version": __version__}
+            roles = {"roles": list(runtime.env.roles)} if runtime.env.roles else {}  # refused: see /reset
+            return {"name": runtime.name, "description": description, "version": __version__, **roles}
 
         @app.post("/mcp", tags=tags, summary="JSON-RPC: tools/list (tools/call runs in a /ws episode)")
         async def mcp(request: Request) -> dict[str, Any]:

@@ -38,6 +38,21 @@ function roleSummary(records) {
         el("td", {}, Object.entries(s.outcomes).map(([o, n]) => o + " " + n).join(", "))))));
 }
 
+// An evaluation job with roles: per role and per policy, win / draw / loss rates and the score.
+function renderPlayReport(body) {
+  const cols = ["", "episodes", "win", "draw", "loss", "score (win + draw/2)"];
+  const row = (kind, name, b) => el("tr", { data: { [kind]: name } }, el("td", {}, kind + " " + name),
+    el("td", { class: "num" }, b.episodes), ...["win", "draw", "loss", "score"].map((k) => el("td", { class: "num" }, ci(b[k]))));
+  const g = body.games;
+  const without = Object.entries(g.without_result).map(([k, n]) => k + " " + n).join(", ");
+  return el("div", { id: "report" },
+    el("p", { class: "muted" }, g.with_result + " of " + g.planned + " games with a result" +
+      (without ? " (without: " + without + ")" : "") + "; 95% bootstrap intervals over tasks."),
+    el("table", { class: "report" }, el("thead", {}, el("tr", {}, cols.map((c) => el("th", {}, c)))),
+      el("tbody", {}, Object.entries(body.roles).map(([n, b]) => row("role", n, b)),
+        Object.entries(body.policies).map(([n, b]) => row("policy", n, b)))));
+}
+
 function sampling(policy) {
   const s = policy?.sampling || {};
   return Object.keys(s).length ? Object.entries(s).map(([k, v]) => k + " " + v).join(", ") : null;

@@ -11,7 +11,7 @@ function renderJobOverview(pane) {
   const parts = [el("h2", {}, job.purpose === "eval" ? "Evaluation job " : "Job ", el("span", { class: "mono" }, job.job_id))];
   parts.push(kv([["purpose", job.purpose], ["state", job.state], ["policy version", job.policy_version],
     ["model", job.model], ["records", jobProgress(job)], ["mean reward", typeof job.mean_reward === "number" ? fmt(job.mean_reward) : null],
-    ["k / threshold", job.eval ? job.eval.k + " / reward \u2265 " + job.eval.threshold : null]]));
+    ["k / threshold", job.eval ? job.eval.k + " / " + (job.roles ? "scored by play" : "reward \u2265 " + job.eval.threshold) : null]]));
   const rewards = state.records.map((r) => r.reward).filter((x) => typeof x === "number");
   const note = state.truncated ? " (first " + MAX_RECORDS + " records)" : "";
   parts.push(el("h3", {}, "Reward histogram" + note));
@@ -41,6 +41,7 @@ function renderReport(rep) {
   if (!rep) return el("p", { class: "muted" }, "loading…");
   if (rep.error) return el("p", { class: "muted", id: "report" }, rep.error);
   const body = rep.body;
+  if (body.kind === "rollgate.eval.play") return renderPlayReport(body); // a job with roles (roles.js)
   const ks = body.config.pass_k;
   const kMax = Math.max(...ks);
   const cols = ["env", "tasks", "samples", "failed", "mean reward", "pass@1", ...(kMax > 1 ? ["pass@" + kMax] : [])];
