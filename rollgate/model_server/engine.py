@@ -5,8 +5,8 @@ the running batch at the next decode step; finished sequences leave at once. Seq
 padded; attention masks and per-row position ids keep padding invisible; one shared KV cache
 holds every running row (rows joining are padded on the left to the batch's length; columns no
 row needs any more are trimmed). Each row samples with its own temperature / top_p / seed.
-A streaming row also hands each sampled token to its caller's event loop as it is decoded; a
-row whose future is cancelled (the caller went away) leaves the batch at the next step.
+A streaming row hands each sampled token to its caller's loop as it is decoded; a row whose
+future is cancelled (the caller went away) leaves the batch at the next step.
 
 Log-probs are those of each sampled token under the temperature-scaled distribution
 (log_softmax(logits / T)), before top-p truncation: what TRL recomputes. At temperature 0
@@ -18,9 +18,9 @@ Prefix KV reuse (kv_cache.PrefixKVCache, when the engine is given one): a row wh
 with a cached sequence prefills only the rest on top of that KV, so its row in the batch cache is
 [padding | cached prefix | padding | new tokens] (the mask hides both paddings; positions count
 real tokens only). Rows with identical prompts admitted together are prefilled once and their KV
-expanded to every row. Each prompt's KV is kept after its prefill and each finished sequence's
-when it leaves the batch. Results match a full prefill up to float rounding (the same values are
-summed in another order by kernels of other shapes): greedy tokens agree, log-probs within ~1e-5."""
+expanded to every row; a prefix several of them share (a system prompt) is prefilled once first.
+Each prompt's KV is kept after its prefill and each finished sequence's when it leaves the batch.
+Results match a full prefill up to float rounding (greedy tokens agree, log-probs within ~1e-5)."""
 
 from __future__ import annotations
 
@@ -204,7 +204,7 @@ class Engine:
     def _prefill(self, new: list[_Row]) -> None:
         started = time.perf_counter()
         if self.kv is None:
-            cache, mask, logits = self._forward(new, [None] * len(new))
+            cache, mask, logits = self._forward([r.prompt for r in new], [None] * len(new))
         else:
             cache, mask, logits = self._prefill_reusing(new)
         self.stats["prefills"] += 1
@@ -221,6 +221,7 @@ class Engine:
         slot = [firsts.setdefault(tuple(r.prompt), len(firsts)) for r in new]
         uniq = [new[slot.index(u)] for u in range(len(firsts))]
         self.stats["shared_rows"] += len(new) - len(uniq)
+        self.kv.prefill_shared([r.prompt for r in uniq], self._prefix_kv)
         hits = [self.kv.lookup(r.prompt) for r in uniq]
         need = [len(r.prompt) - (h.length if h is not None else 0) for r, h in zip(uniq, hits, strict=True)]
         # one forward per bucket of similar new-token counts, so short tails are not padded to long ones
@@ -230,7 +231,7 @@ class Engine:
         while todo:
             take = [u for u in todo if need[u] <= 2 * need[todo[0]] + 32]
             todo = todo[len(take) :]
-            c, m, lg = self._forward([uniq[u] for u in take], [hits[u] for u in take])
+            c, m, lg = self._forward([uniq[u].prompt for u in take], [hits[u] for u in take])
             if cache is None or mask is None or logits is None:
                 cache, mask, logits = c, m, lg
             else:
@@ -254,29 +255,31 @@ class Engine:
             mask, logits = mask.index_select(0, idx), logits.index_select(0, idx)
         return cache, mask, logits
 
-    def _forward(self, rows: list[_Row], hits: list[Hit | None]):
-        """Prefill `rows` (each on top of its cached prefix, if any): their batch cache, attention
+    def _prefix_kv(self, prefix: list[int], hit: Hit | None):
+        cache, mask, _ = self._forward([prefix], [hit])
+        return row_kv(cache, mask[0], 0)
+
+    def _forward(self, prompts: list[list[int]], hits: list[Hit | None]):
+        """Prefill `prompts` (each on top of its cached prefix, if any): their batch cache, attention
         mask (cached columns, then new ones) and the logits of each prompt's last token."""
         pre = [h.length if h is not None else 0 for h in hits]
         past_w = max(pre)
-        new_w = max(len(r.prompt) - p for r, p in zip(rows, pre, strict=True))
-        ids = torch.full((len(rows), new_w), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), past_w + new_w), dtype=torch.long)
-        for i, (r, p) in enumerate(zip(rows, pre, strict=True)):
-            tail = r.prompt[p:]
+        new_w = max(len(r) - p for r, p in zip(prompts, pre, strict=True))
+        ids = torch.full((len(prompts), new_w), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), past_w + new_w), dtype=torch.long)
+        for i, (r, p) in enumerate(zip(prompts, pre, strict=True)):
+            tail = r[p:]
             ids[i, new_w - len(tail) :] = torch.tensor(tail, dtype=torch.long)
             mask[i, past_w - p : past_w] = 1
             mask[i, past_w + new_w - len(tail) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, past_w:]
-        past = None
-        if past_w:
-            from transformers import DynamicCache
+        from transformers import DynamicCache
 
-            past = DynamicCache(ddp_cache_data=stack_prefixes([h.kv if h else None for h in hits], past_w))
-        kw = {cache_kwarg(self.model): past}
+        kv = stack_prefixes([h.kv if h else None for h in hits], past_w) if past_w else None
+        kw = {cache_kwarg(self.model): DynamicCache(ddp_cache_data=kv) if kv else None}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **kw)
-        self.stats["prefill_tokens"] += sum(len(r.prompt) - p for r, p in zip(rows, pre, strict=True))
+        self.stats["prefill_tokens"] += sum(len(r) - p for r, p in zip(prompts, pre, strict=True))
         self.stats["reused_tokens"] += sum(pre)
         cache = [(layer.keys, layer.values) for layer in output_cache(out).layers]
         return cache, mask, out.logits[:, -1, :]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from array import array
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -58,6 +58,39 @@ def block_hashes(ids: Sequence[int], block: int) -> list[int]:
     return out
 
 
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def shared_prefixes(prompts: Sequence[Sequence[int]], min_len: int) -> list[list[int]]:
+    """The longest prefix each group of `prompts` shares, for groups of two or more prompts whose
+    shared prefix is at least `min_len` tokens (found by sorting: neighbours share the most), each
+    shorter than every prompt of its group (a prompt's last token is always computed)."""
+    order = sorted(range(len(prompts)), key=lambda i: list(prompts[i]))
+    out: list[list[int]] = []
+    group, shared = [order[0]] if order else [], 0
+    for a, b in zip(order, order[1:], strict=False):
+        n = _common(prompts[a], prompts[b])
+        if n >= min_len:
+            shared = min(shared, n) if len(group) > 1 else n
+            group.append(b)
+            continue
+        out += _group_prefix(prompts, group, shared, min_len)
+        group, shared = [b], 0
+    return out + _group_prefix(prompts, group, shared, min_len)
+
+
+def _group_prefix(prompts: Sequence[Sequence[int]], group: list[int], shared: int, min_len: int) -> list[list[int]]:
+    if len(group) < 2:
+        return []
+    n = min(shared, min(len(prompts[i]) for i in group) - 1)
+    return [list(prompts[group[0]][:n])] if n >= min_len else []
+
+
 def kv_nbytes(kv: LayerKV) -> int:
     return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
 
@@ -72,7 +105,16 @@ class PrefixKVCache:
         self.max_candidates = max_candidates
         self.epoch = 0
         self.nbytes = 0
-        self.stats = {"hits": 0, "misses": 0, "stored": 0, "evicted": 0, "refused": 0, "invalidated": 0}
+        self.stats = {
+            "hits": 0,
+            "misses": 0,
+            "stored": 0,
+            "evicted": 0,
+            "refused": 0,
+            "invalidated": 0,
+            "shared_prefixes": 0,  # prefill_shared: how many prefixes, and their tokens
+            "shared_prefix_tokens": 0,
+        }
         self._entries: OrderedDict[int, _Entry] = OrderedDict()  # least recently used first
         self._index: dict[int, dict[int, None]] = {}  # block hash -> entry keys (insertion ordered)
         self._next = 0
@@ -81,12 +123,17 @@ class PrefixKVCache:
         return len(self._entries)
 
     # ---- lookup ---------------------------------------------------------------------------------
-    def lookup(self, prompt: Sequence[int]) -> Hit | None:
+    def lookup(self, prompt: Sequence[int], *, count: bool = True) -> Hit | None:
         """The longest reusable cached prefix of `prompt`, or None. At least the prompt's last
         token is left to compute: its logits give the first generated token."""
+        hit = self._find(prompt)
+        if count:
+            self.stats["hits" if hit is not None else "misses"] += 1
+        return hit
+
+    def _find(self, prompt: Sequence[int]) -> Hit | None:
         limit = len(prompt) - 1
         if limit < self.min_tokens or not self._entries:
-            self.stats["misses"] += 1
             return None
         hashes = block_hashes(prompt, self.block)
         for j in range(len(hashes) - 1, -1, -1):
@@ -96,10 +143,25 @@ class PrefixKVCache:
             hit = self._best(prompt, (j + 1) * self.block, list(keys)[-self.max_candidates :], limit)
             if hit is not None:
                 self._entries.move_to_end(hit.entry)
-                self.stats["hits"] += 1
                 return hit
-        self.stats["misses"] += 1
         return None
+
+    def prefill_shared(
+        self, prompts: Sequence[Sequence[int]], compute: Callable[[list[int], Hit | None], LayerKV]
+    ) -> int:
+        """Compute once (`compute(prefix, cached part)`) and keep each prefix that several of
+        `prompts` share (shared_prefixes) and the cache does not hold yet (past a block): it then
+        serves every prompt of a batch that arrives together, as a kept prompt serves those that
+        arrive later. How many were computed."""
+        done = 0
+        for prefix in shared_prefixes(prompts, max(self.min_tokens, 2 * self.block)):
+            hit = self._find(prefix)
+            if hit is None or hit.length + self.block < len(prefix):
+                self.put(prefix, compute(prefix, hit), epoch=self.epoch)
+                self.stats["shared_prefix_tokens"] += len(prefix) - (hit.length if hit is not None else 0)
+                done += 1
+        self.stats["shared_prefixes"] += done
+        return done
 
     def _best(self, prompt: Sequence[int], start: int, keys: list[int], limit: int) -> Hit | None:
         scored = []

@@ -82,13 +82,16 @@ async def test_multi_turn_episodes_match_reuse_off_and_prefill_only_new_tokens(p
     on, off = pair
     tasks = [f"Add the numbers in report {i}." for i in range(3)]
     reused, computed = on.engine.stats["reused_tokens"], on.engine.stats["prefill_tokens"]
+    seeded = on.engine.kv.stats["shared_prefix_tokens"]
     got = await asyncio.gather(*(_episode(on, t, turns=4, seed=seed) for t in tasks))
     want = await asyncio.gather(*(_episode(off, t, turns=4, seed=seed) for t in tasks))
     for g, w in zip(got, want, strict=True):
         _same(g, w)
     prompt_tokens = sum(len(gen.prompt_ids) for ep in got for gen in ep)
     new_reused = on.engine.stats["reused_tokens"] - reused
-    assert new_reused + on.engine.stats["prefill_tokens"] - computed == prompt_tokens
+    # every prompt token was computed for it or reused, besides a prefix the batch shares, computed once
+    shared = on.engine.kv.stats["shared_prefix_tokens"] - seeded
+    assert new_reused + on.engine.stats["prefill_tokens"] - computed - shared == prompt_tokens
     # turns 2-4 start from the KV of the previous call's prompt and generation (all but its last token)
     kept = sum(len(prev.prompt_ids) + len(prev.token_ids) - 1 for ep in got for prev in ep[:-1])
     assert new_reused >= kept
@@ -142,6 +145,36 @@ async def test_concurrent_requests_sharing_a_prefix_reuse_it(pair):
     want = await asyncio.gather(*(off.generate(p, s, None) for p, s in zip(prompts, params, strict=True)))
     _same(got, want)
     assert on.engine.kv.stats["hits"] - hits == 6  # each found the shared system prompt's KV
+
+
+async def test_a_batch_arriving_together_prefills_its_shared_system_prompt_once(tiny_model_dir):
+    on, off = _backend(tiny_model_dir, True, batch_window_ms=200.0), _backend(tiny_model_dir, False)
+    try:
+        prompts = [_prompt(on.tokenizer, f"Task {i}: count to {i + 3}.") for i in range(6)]
+        params = [SamplingParams(max_tokens=6, temperature=0.8, seed=i) for i in range(6)]
+        got = await asyncio.gather(*(on.generate(p, s, None) for p, s in zip(prompts, params, strict=True)))
+        want = await asyncio.gather(*(off.generate(p, s, None) for p, s in zip(prompts, params, strict=True)))
+        _same(got, want)
+        system = len(on.tokenizer.encode(SYSTEM))
+        assert on.engine.kv.stats["shared_prefixes"] == 1  # the cache was empty: no row found a prefix
+        assert on.engine.kv.stats["shared_prefix_tokens"] >= system
+        # each row computed only what follows the shared prefix
+        tails = sum(len(p) for p in prompts) - 6 * on.engine.kv.stats["shared_prefix_tokens"]
+        assert on.engine.stats["prefill_tokens"] == tails + on.engine.kv.stats["shared_prefix_tokens"]
+        assert on.engine.stats["prefill_tokens"] < off.engine.stats["prefill_tokens"] / 2
+    finally:
+        on.engine.close()
+        off.engine.close()
+
+
+def test_shared_prefixes_groups_prompts_by_their_common_start():
+    a, b = [1, 2, 3, 4, 5, 6], [7, 7, 7, 7]
+    prompts = [a + [9], b + [1], a + [8, 8], [5], b + [2, 3], a + [10]]
+    got = sorted(kv_cache.shared_prefixes(prompts, 4))
+    assert got == [a, b]
+    assert kv_cache.shared_prefixes(prompts, 7) == []  # no group shares 7 tokens
+    assert kv_cache.shared_prefixes([a, a + [1]], 2) == [a[:5]]  # the shorter prompt keeps its last token
+    assert kv_cache.shared_prefixes([], 2) == []
 
 
 async def test_streamed_and_structured_rows_work_on_reused_kv(pair):

@@ -295,7 +295,8 @@ def test_grpo_updates_only_the_weights_its_trainable_setting_names(trained, monk
 
     from rollgate.trainer_adapters import trl as trl_adapter
     from rollgate.trainer_adapters.recipes.data import read_rows
-    from rollgate.trainer_adapters.recipes.grpo_phase import is_norm, train_grpo
+    from rollgate.trainer_adapters.recipes.grpo_phase import train_grpo
+    from rollgate.trainer_adapters.recipes.trainable import is_norm
 
     def alternating(prompts=None, completions=None, rollgate_reward=None, **_):
         return [float(i % 2) for i in range(len(rollgate_reward))]

@@ -66,6 +66,37 @@ RECIPES: dict[str, RecipeConfig] = {
         eval=EvalPlan(k=1, temperature=0.0),
         agent=AgentBudget(max_turns=4, max_output_tokens=256, max_output_tokens_per_call=96),
     ),
+    # A real pretrained model (SmolLM2-135M-Instruct, `rollgate model get smollm2-135m-instruct`) on
+    # the math environment with its calculator tool: multi-turn episodes in the Hermes tool format
+    # the model server writes into the prompt of a template without tool support.
+    "smollm2-math": RecipeConfig(
+        name="smollm2-math",
+        env="math",
+        description="SmolLM2-135M-Instruct on the math environment (calculator tool): SFT of its top layers "
+        "on gold tool calls, then GRPO on the verified reward",
+        model="smollm2-135m-instruct",
+        seed=0,
+        train_tasks=800,
+        heldout_tasks=200,
+        sft=SFTPhase(epochs=1.0, batch_size=16, learning_rate=2e-4, warmup_steps=5, trainable="top:8"),
+        grpo=GRPOPhase(
+            steps=12,
+            prompts_per_step=8,
+            num_generations=8,
+            learning_rate=5e-2,
+            eval_every=6,
+            trainable="final_norm",
+            max_completion_length=192,
+        ),
+        eval=EvalPlan(k=1, temperature=1.0, greedy_reference=True),
+        agent=AgentBudget(
+            max_turns=4,
+            max_output_tokens=256,
+            max_output_tokens_per_call=64,
+            model_timeout_s=900.0,
+            episode_timeout_s=1800.0,
+        ),
+    ),
 }
 
 

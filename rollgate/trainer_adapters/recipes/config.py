@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rollgate.model_server.tiny import TinyShape
+from rollgate.trainer_adapters.recipes.trainable import check_trainable
 
 
 @dataclass(frozen=True)
@@ -18,9 +19,11 @@ class SFTPhase:
     warmup_steps: int = 20
     eval_every: int = 0  # held-out evaluation every N SFT steps (0: only at the end of the phase)
     eval_from: int = 0  # ... from this SFT step on (the end of the phase is always measured)
+    # which weights SFT updates: "all", "norms", "final_norm" or "top:N" (recipes/trainable.py)
+    trainable: str = "all"
 
-
-TRAINABLE = ("all", "norms", "final_norm")
+    def __post_init__(self) -> None:
+        check_trainable(self.trainable, "SFTPhase.trainable")
 
 
 @dataclass(frozen=True)
@@ -45,16 +48,16 @@ class GRPOPhase:
     mode: str = "sync"  # "async": step N+1's rollouts are collected while step N trains
     max_staleness: int = 1  # async: rollouts at most this many policy versions old are trained on
     backend: str = "trl"  # "unsloth": Unsloth's patched GRPOTrainer on a CUDA GPU (trainer_adapters.unsloth)
-    # Which weights GRPO updates: "all"; "norms", only the normalization layers' scales; or
-    # "final_norm", only the last one's (the scale of the hidden state the output layer reads: 192
-    # numbers of tiny-math's 2.6M). At a CPU budget's batch sizes the policy-gradient estimate is
-    # noise in almost every direction; the final norm's scale is the one it agrees on from batch to
-    # batch (benchmarks/bench_grpo_snr.py), and a full-parameter step follows the noise.
+    # Which weights GRPO updates (recipes/trainable.py): "all"; "norms", only the normalization
+    # layers' scales; "top:N", the last N decoder layers; or "final_norm", only the last norm's
+    # (the scale of the hidden state the output layer reads: 192 numbers of tiny-math's 2.6M). At
+    # a CPU budget's batch sizes the policy-gradient estimate is noise in almost every direction;
+    # the final norm's scale is the one it agrees on from batch to batch
+    # (benchmarks/bench_grpo_snr.py), and a full-parameter step follows the noise.
     trainable: str = "all"
 
     def __post_init__(self) -> None:
-        if self.trainable not in TRAINABLE:
-            raise ValueError(f"GRPOPhase.trainable must be one of {', '.join(TRAINABLE)}, got {self.trainable!r}")
+        check_trainable(self.trainable, "GRPOPhase.trainable")
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,10 @@ class AgentBudget:
     max_turns: int = 4
     max_output_tokens: int = 256
     max_output_tokens_per_call: int = 96
+    # a model call's and an episode's time limits: a pretrained model's batch of long prompts on 2 CPU cores can
+    # legitimately take minutes, where a hung server should still fail (AgentSettings.model_timeout_s)
+    model_timeout_s: float = 120.0
+    episode_timeout_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,9 @@ class RecipeConfig:
     seed: int = 0
     train_tasks: int = 1000  # from the environment's train split: gold demonstrations and GRPO prompts
     heldout_tasks: int = 100  # from its eval split: never trained on (disjoint by content hash)
+    # The starting policy: None, a tiny model of `shape` built from scratch (held-out reward ~0);
+    # or a pretrained model of the registry (`rollgate model list`), fetched once by `rollgate model get`
+    model: str | None = None
     shape: TinyShape = field(default_factory=TinyShape)
     sft: SFTPhase = field(default_factory=SFTPhase)
     grpo: GRPOPhase = field(default_factory=GRPOPhase)

@@ -45,6 +45,8 @@ def agent_settings(cfg: RecipeConfig) -> AgentSettings:
         max_turns=a.max_turns,
         max_output_tokens=a.max_output_tokens,
         max_output_tokens_per_call=a.max_output_tokens_per_call,
+        model_timeout_s=a.model_timeout_s,
+        episode_timeout_s=a.episode_timeout_s,
     )
 
 
@@ -156,10 +158,14 @@ def template_tools(env: str) -> list[dict[str, Any]]:
 def tokenize_messages(
     tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
 ) -> tuple[list[int], list[int]]:
-    """(token ids, loss mask) of a conversation, tokenized piece by piece as it is served: each
-    stretch of context up to an assistant turn's opener on its own, each assistant turn (through
-    its end-of-turn token) on its own. The mask is 1 on assistant tokens only."""
-    text = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False)
+    """(token ids, loss mask) of a conversation, rendered by the model server's own prompt builder
+    (a template without tool support gets the tools, calls and results written into its turns,
+    as when it is served) and tokenized piece by piece as it is served: each stretch of context up
+    to an assistant turn's opener on its own, each assistant turn (through its end-of-turn token)
+    on its own. The mask is 1 on assistant tokens only."""
+    from rollgate.model_server.chat import PromptBuilder
+
+    text = PromptBuilder(tokenizer).render(messages, tools, False)
     return split_assistant_turns(tokenizer, text, tail=False)
 
 

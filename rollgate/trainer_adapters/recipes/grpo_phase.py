@@ -14,9 +14,9 @@ GRPOTrainer Unsloth patches (the model loaded by trainer_adapters.unsloth.load_p
 same rollout function and reward.
 
 `grpo.trainable`: "all" updates every weight; "norms" only the normalization layers' scales;
-"final_norm" only the last one's (the rest frozen for the phase and thawed after it), for budgets
-whose batches cannot estimate more (benchmarks/bench_grpo_snr.py measures how much of a batch's
-gradient is signal)."""
+"final_norm" only the last one's; "top:N" the last N decoder layers (the rest frozen for the phase
+and thawed after it: recipes/trainable.py), for budgets whose batches cannot estimate more
+(benchmarks/bench_grpo_snr.py measures how much of a batch's gradient is signal)."""
 
 from __future__ import annotations
 
@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from rollgate.core.settings import Settings
-from rollgate.trainer_adapters.recipes.config import TRAINABLE, RecipeConfig
+from rollgate.trainer_adapters.recipes.config import RecipeConfig
 from rollgate.trainer_adapters.recipes.data import agent_settings
+from rollgate.trainer_adapters.recipes.prefix_logps import shared_prefix_trainer
+from rollgate.trainer_adapters.recipes.trainable import restrict_trainable
 
 log = logging.getLogger("rollgate.train")
 
@@ -47,35 +49,6 @@ class GRPOResult:
     async_stats: dict[str, Any] | None = None  # async mode: staleness, drops, prefetches
     screening: dict[str, Any] | None = None  # what screening kept (grpo.screen_tasks > 0)
     trainable_parameters: int = 0  # how many numbers GRPO updated (grpo.trainable)
-
-
-def is_norm(module: Any) -> bool:
-    """A normalization layer (RMSNorm, LayerNorm, in torch or a model's own code)."""
-    return type(module).__name__.endswith(("RMSNorm", "LayerNorm"))
-
-
-def trainable_norms(model: Any, which: str) -> list[Any]:
-    """The parameters `grpo.trainable` names: every normalization layer's ("norms"), or the last
-    one's, the scale of the hidden state the output layer reads ("final_norm")."""
-    norms = [m for m in model.modules() if is_norm(m)]
-    if not norms:
-        raise ValueError(f"grpo.trainable {which!r}: {type(model).__name__} has no normalization layers")
-    chosen = norms if which == "norms" else norms[-1:]
-    return [p for m in chosen for p in m.parameters(recurse=False)]
-
-
-def restrict_trainable(model: Any, which: str) -> list[Any]:
-    """Freeze every weight GRPO must leave alone under `grpo.trainable`; the frozen parameters,
-    for the caller to thaw when the phase ends."""
-    if which == "all":
-        return []
-    if which not in TRAINABLE:
-        raise ValueError(f"unknown grpo.trainable {which!r}")
-    keep = {id(p) for p in trainable_norms(model, which)}
-    frozen = [p for p in model.parameters() if p.requires_grad and id(p) not in keep]
-    for p in frozen:
-        p.requires_grad_(False)
-    return frozen
 
 
 def screen(rollout_func: Any, rollgate: Any, rows: list[dict[str, Any]], cfg: RecipeConfig) -> tuple[list, dict]:
@@ -228,7 +201,10 @@ def train_grpo(
         total = sum(p.numel() for p in model.parameters())
         log.info("grpo updates the %s only: %d of %d numbers", g.trainable, trainable, total)
     try:
-        trainer = GRPOTrainer(
+        # On the CPU (TRL's trainer), the loss runs the prompt prefix the batch shares once
+        # (recipes/prefix_logps.py): the same log-probabilities, a few times cheaper.
+        trainer_class = GRPOTrainer if on_gpu else shared_prefix_trainer(GRPOTrainer)
+        trainer = trainer_class(
             model=model,
             reward_funcs=[rollgate_reward],
             args=args,

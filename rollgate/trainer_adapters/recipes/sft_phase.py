@@ -19,6 +19,7 @@ from typing import Any
 
 from rollgate.core.hf_compat import cache_kwarg, output_cache
 from rollgate.trainer_adapters.recipes.config import SFTPhase
+from rollgate.trainer_adapters.recipes.trainable import restrict_trainable
 
 log = logging.getLogger("rollgate.train")
 
@@ -63,19 +64,23 @@ def batch_loss(model: Any, batch: Sequence[tuple[list[int], list[int]]], pad_id:
         attn[row, : p + len(tail)] = 1
     # Position p's token is predicted by the prefix's last logit; it is context (mask 0) for
     # every chat transcript (a user or system token), so dropping that one prediction loses no loss.
+    backbone = model.base_model
     if p > 0:
-        pre = model.model(input_ids=torch.tensor([batch[0][0][:p]]), use_cache=True)
+        pre = backbone(input_ids=torch.tensor([batch[0][0][:p]]), use_cache=True)
         cache = output_cache(pre)
         cache.batch_repeat_interleave(b)
         positions = torch.arange(p, p + width).unsqueeze(0).expand(b, -1)
-        kw = {cache_kwarg(model): cache}
-        out = model(input_ids=suffix, attention_mask=attn, position_ids=positions, **kw)
+        kw = {cache_kwarg(backbone): cache}
+        out = backbone(input_ids=suffix, attention_mask=attn, position_ids=positions, **kw)
     else:
-        out = model(input_ids=suffix, attention_mask=attn)
-    logits = out.logits[:, :-1].float()
+        out = backbone(input_ids=suffix, attention_mask=attn)
+    # The output layer runs on the predicted tokens only (the assistant's): on a 49k-token
+    # vocabulary it costs as much as a few decoder layers for each position it scores.
     target = labels[:, 1:]
-    n = int((target != -100).sum())
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100, reduction="sum")
+    keep = target != -100
+    n = int(keep.sum())
+    logits = model.get_output_embeddings()(out.last_hidden_state[:, :-1][keep]).float()
+    loss = F.cross_entropy(logits, target[keep], reduction="sum")
     return loss / max(n, 1), n
 
 
@@ -88,14 +93,17 @@ def train_sft(
     seed: int,
     on_step: OnStep | None = None,
 ) -> SFTResult:
-    """AdamW, linear warm-up then linear decay to 0, gradient norm clipped at 1."""
+    """AdamW on the weights `phase.trainable` names (the rest frozen for the phase), linear warm-up
+    then linear decay to 0, gradient norm clipped at 1."""
     import torch
 
     started = time.perf_counter()
     rng = random.Random(seed)
     per_epoch = max(1, len(examples) // phase.batch_size)
     total = max(1, math.ceil(per_epoch * phase.epochs))
-    opt = torch.optim.AdamW(model.parameters(), lr=phase.learning_rate, weight_decay=0.0)
+    frozen = restrict_trainable(model, phase.trainable)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=phase.learning_rate, weight_decay=0.0)
     model.train()
     order: list[int] = []
     loss_value, tokens = float("nan"), 0
@@ -111,7 +119,7 @@ def train_sft(
             group["lr"] = phase.learning_rate * warm * (1 - step / total)
         loss, n = batch_loss(model, batch, pad_id)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         loss_value, tokens = float(loss.detach()), tokens + n
@@ -122,4 +130,6 @@ def train_sft(
             on_step(step + 1, loss_value)
             model.train()
     model.eval()
+    for p in frozen:
+        p.requires_grad_(True)
     return SFTResult(steps=total, final_loss=loss_value, seconds=time.perf_counter() - started, tokens=tokens)
