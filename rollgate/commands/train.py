@@ -156,10 +156,41 @@ class HeldoutEvaluator:
         )
 
 
+# Paired comparisons (`rollgate eval compare A B`) between the curve's phases: B's mean held-out
+# reward minus A's on the same tasks, with a 95% paired bootstrap interval.
+COMPARISONS = (
+    ("final vs before", "before", "rl"),
+    ("GRPO vs its start (sampled)", "sft", "rl"),
+    ("GRPO vs its start (greedy)", "sft-greedy", "rl-greedy"),
+)
+
+
+def add_comparisons(out: Path, metrics: dict) -> dict:
+    """metrics with `comparisons`, each `rollgate eval compare` of two phases' held-out reports
+    (the last point of each phase; the greedy references where the recipe measured them), also
+    written to metrics.json."""
+    import json
+
+    from rollgate.evaluation.compare import compare
+
+    reports = {p["phase"]: p["report"] for p in metrics["curve"]}
+    reports |= {f"{phase}-greedy": g["report"] for phase, g in (metrics.get("greedy") or {}).items()}
+    found = []
+    for name, a, b in COMPARISONS:
+        if reports.get(a) and reports.get(b):
+            result = compare(out / reports[a], out / reports[b])
+            overall = result["overall"] or {}
+            found.append({"name": name, "a": reports[a], "b": reports[b], "tasks": overall.get("tasks", 0)})
+            found[-1]["mean_reward"] = overall.get("mean_reward")
+    metrics = {**metrics, "comparisons": found}
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
+    return metrics
+
+
 def run(args: argparse.Namespace) -> int:
     from rollgate.core.errors import RollgateError
     from rollgate.trainer_adapters.recipes import get_recipe
-    from rollgate.trainer_adapters.recipes.runner import TARGETS, RecipeRun
+    from rollgate.trainer_adapters.recipes.runner import RecipeRun
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
@@ -172,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
             patch_trl()  # before anything imports trl
         recipe = RecipeRun(cfg, out, HeldoutEvaluator(cfg, out), resume=args.resume)
         metrics = recipe.run()
+        metrics = add_comparisons(out, metrics)
     except RollgateError as exc:
         print(f"rollgate train: {exc.message}", file=sys.stderr)
         return 2
@@ -189,9 +221,13 @@ def run(args: argparse.Namespace) -> int:
             f"GRPO {metrics['rl_mode']} ({metrics['rl_backend']}): {metrics['rl_seconds_per_step']:.1f}s per step"
             + (f", {metrics['rl_stale_dropped']} stale rollouts dropped" if metrics["rl_mode"] == "async" else "")
         )
-    print(
-        f"issue targets: after SFT >= {TARGETS['reward_after_sft_min']}, GRPO >= SFT + {TARGETS['rl_gain_min']}, "
-        f"under {TARGETS['seconds_max']}s on 2 cores"
-    )
+    for c in metrics["comparisons"]:
+        d = c["mean_reward"] or {}
+        ci = d.get("ci") or [float("nan"), float("nan")]
+        print(f"{c['name']}: {d.get('diff', float('nan')):+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}] on {c['tasks']} tasks")
+    if metrics["targets"]:
+        print(
+            "the recipe's targets (on 2 quiet cores): " + ", ".join(f"{k} {v:g}" for k, v in metrics["targets"].items())
+        )
     print(f"wrote {out / 'metrics.json'}, {out / 'reward_curve.png'}, {out / 'model'}/")
     return 0

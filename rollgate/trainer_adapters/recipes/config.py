@@ -100,6 +100,9 @@ class RecipeConfig:
     grpo: GRPOPhase = field(default_factory=GRPOPhase)
     eval: EvalPlan = field(default_factory=EvalPlan)
     agent: AgentBudget = field(default_factory=AgentBudget)
+    # the bar the recipe was built to reach, reported beside its figures (never used to pass or
+    # fail a run): held-out reward gains and the wall time on 2 quiet CPU cores
+    targets: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
