@@ -8,6 +8,7 @@ import json
 import re
 from fractions import Fraction
 
+from rollgate.evaluation.audit.builtin_swe import SWE_PROBES
 from rollgate.evaluation.audit.builtin_tools import BoundaryArgs, Stall, ToolSpam, UnknownTool, WrongTypeArgs
 from rollgate.evaluation.audit.probes import IDK, Probe
 
@@ -371,6 +372,7 @@ SHIPPED: list[type[Probe]] = [
     CodeFakePass,
     CodeAlwaysEqual,
     CodeReadTests,
+    *SWE_PROBES,
 ]
 
 

@@ -5,7 +5,9 @@ target tests out of their files, and writes that tree into a fresh sandbox (no n
 root, its own uid) that lives for the session. Every tool runs there. Verification never trusts
 that sandbox's tests: it collects the model's changes, refuses (reward 0, reason in the metrics)
 any change to a test file or to the runner's configuration, and runs the whole suite in a second,
-fresh sandbox holding the buggy tree with the pristine tests and the model's source changes.
+fresh sandbox holding the buggy tree with the pristine tests and the model's source changes, with
+a guard plugin (guard.py) whose report, not pytest's printed one, gives the outcomes; a run that
+ends before that report (an early exit) or that patched pytest scores 0, reason in the metrics.
 Reward: the fraction of target tests that pass, or 0 when any other test fails (a regression);
 1.0 exactly when the bug is fixed and nothing broke.
 """
@@ -31,7 +33,14 @@ from rollgate.resources_servers.families.swe.patches import patch_strip, repo_pa
 from rollgate.resources_servers.families.swe.projects import get_project
 from rollgate.resources_servers.families.swe.prompts import issue_text
 from rollgate.resources_servers.families.swe.sources import SourceError, cached_source, ensure_runner
-from rollgate.resources_servers.families.swe.testrun import NO_TESTS, USAGE, pytest_argv, pythonpath, run_pytest
+from rollgate.resources_servers.families.swe.testrun import (
+    NO_TESTS,
+    USAGE,
+    guard_files,
+    pytest_argv,
+    pythonpath,
+    run_pytest,
+)
 from rollgate.sandbox import ExecResult, Sandbox, SandboxError, SandboxProvider, check_isolation, make_provider
 
 log = logging.getLogger("rollgate.envs.swe")
@@ -285,16 +294,20 @@ class SweEnv(Environment):
             final.pop(path, None)
         box = await self.sandboxes.create()
         try:
-            await _write_tree(box, final)
+            await _write_tree(box, {**final, **guard_files(carried)})
             run = await run_pytest(
                 box,
                 python=self.python,
                 runner=self.runner,
                 python_path=self.project.python_path,
                 timeout_s=self.test_timeout_s,
+                guard=True,
             )
         finally:
             await box.destroy()
+        if run.tampered is not None:  # the project's code played with the test process (testrun.read_guard)
+            metrics = {"error": run.tampered, "rejected": True, "changed_files": sorted(carried)[:50]}
+            return VerifyResult(reward=0.0, reward_components=zero, metrics=metrics)
         fixed = [t for t in state.targets if t in run.passed]
         regressions = sorted(run.failed - set(state.targets))
         share = len(fixed) / len(state.targets)
