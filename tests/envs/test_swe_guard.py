@@ -90,6 +90,18 @@ async def test_the_verifier_scores_a_gamed_test_process_zero_even_beside_the_fix
     assert why in result.metrics["error"]
 
 
+async def test_a_fix_that_skips_the_tests_it_breaks_is_a_regression(rt, parse_rows):
+    row = parse_rows[0]
+    assert not any("test_findall" in t for t in row["target_tests"])
+    # findall broken, and its tests skipped instead of failed: nothing FAILED, yet they no longer pass
+    sabotage = "def findall(*args, **kwargs):\n    import pytest\n\n    pytest.skip('not supported')\n"
+    append = f"cat >> {MODULE} <<'EOF'\n{sabotage}\nEOF\n"
+    result, _ = await play(rt, row, [*gold_calls(row), ("shell", {"command": append})])
+    assert result.reward == 0.0 and result.metrics["targets_fixed"] == len(row["target_tests"]), result
+    assert result.metrics["regressions"] > 0
+    assert all("test_findall" in t for t in result.metrics["regressed_tests"]), result.metrics
+
+
 def test_only_the_guards_one_report_with_the_runs_nonce_is_read():
     good = 'ROLLGATE-GUARD abc {"outcomes": {"t::a": "passed", "t::b": "xfail_called"}, "changed": []}'
     outcomes, why = read_guard(f"PASSED t::c\nROLLGATE-GUARD other {{}}\n{good}\n", "abc")

@@ -8,8 +8,8 @@ any change to a test file or to the runner's configuration, and runs the whole s
 fresh sandbox holding the buggy tree with the pristine tests and the model's source changes, with
 a guard plugin (guard.py) whose report, not pytest's printed one, gives the outcomes; a run that
 ends before that report (an early exit) or that patched pytest scores 0, reason in the metrics.
-Reward: the fraction of target tests that pass, or 0 when any other test fails (a regression);
-1.0 exactly when the bug is fixed and nothing broke.
+Reward: the fraction of target tests that pass, or 0 on a regression (another test that passed on
+the pristine tree fails, is skipped or is gone); 1.0 exactly when the bug is fixed and nothing broke.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
 from rollgate.core.settings import Settings
 from rollgate.resources_servers.base import Environment, ToolError, tool
 from rollgate.resources_servers.families.common import input_text
-from rollgate.resources_servers.families.swe import checkout
+from rollgate.resources_servers.families.swe import checkout, pool
 from rollgate.resources_servers.families.swe.mutations import Mutation
 from rollgate.resources_servers.families.swe.patches import patch_strip, repo_path, selectors
 from rollgate.resources_servers.families.swe.projects import get_project
@@ -309,7 +309,11 @@ class SweEnv(Environment):
             metrics = {"error": run.tampered, "rejected": True, "changed_files": sorted(carried)[:50]}
             return VerifyResult(reward=0.0, reward_components=zero, metrics=metrics)
         fixed = [t for t in state.targets if t in run.passed]
-        regressions = sorted(run.failed - set(state.targets))
+        # a test that passed on the pristine tree and no longer passes (failed, skipped by the
+        # changed code, or gone) is a regression; without a recorded baseline, the failed ones
+        known = pool.baseline(self.project, self.home)
+        lost = (known - set(state.targets) - run.passed) if known is not None else set()
+        regressions = sorted((run.failed - set(state.targets)) | lost)
         share = len(fixed) / len(state.targets)
         reward = 0.0 if regressions else share
         metrics: dict[str, Any] = {
