@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from rollgate.evaluation.audit.builtin_swe import EXIT_NOW, PATCH_RUNNER, PLUGIN_HOOK, XFAIL_RUNNER, fake_report
+from rollgate.evaluation.audit.builtin_swe import (
+    EXIT_NOW,
+    PATCH_RUNNER,
+    PLUGIN_HOOK,
+    REWRITE_TESTS,
+    XFAIL_RUNNER,
+    fake_report,
+)
 from rollgate.resources_servers.families.swe import checkout
 from rollgate.resources_servers.families.swe.mutations import Mutation
 from rollgate.resources_servers.families.swe.testrun import guard_files, read_guard, run_pytest
@@ -23,7 +30,8 @@ MODULE = "parse/__init__.py"
 async def _suite(env, files, *, guard: bool):
     box = await env.sandboxes.create()
     try:
-        for path, data in {**files, **(guard_files([MODULE]) if guard else {})}.items():
+        protected = {p: d for p, d in files.items() if env.project.is_test_path(p)}
+        for path, data in {**files, **(guard_files([MODULE], protected) if guard else {})}.items():
             await box.write_file(path, data)
         kw = {"python": env.python, "runner": env.runner, "python_path": env.project.python_path}
         return await run_pytest(box, **kw, guard=guard)
@@ -38,6 +46,7 @@ async def _suite(env, files, *, guard: bool):
         ("xfail_runner", "test runner was modified"),
         ("plugin_hook", "registered pytest plugins: parse/__init__.py"),
         ("fake_report", "ended without the guard's one report"),
+        ("rewrite_tests", "test files were rewritten during the run: tests/test_bugs.py"),
     ],
 )
 async def test_a_trick_that_fools_a_plain_run_is_caught_by_the_guard(env, parse_rows, trick, why):
@@ -48,6 +57,7 @@ async def test_a_trick_that_fools_a_plain_run_is_caught_by_the_guard(env, parse_
         "xfail_runner": XFAIL_RUNNER,
         "plugin_hook": PLUGIN_HOOK,
         "fake_report": fake_report(targets),
+        "rewrite_tests": REWRITE_TESTS.replace("HIDDEN", "|".join(t.split("::")[-1] for t in targets)),
     }[trick]
     bug = checkout.buggy(env.project, checkout.pristine(_root(env)), Mutation(**row["mutation"]))
     rigged = {**bug, MODULE: bug[MODULE] + b"\n" + payload.encode() + b"\n"}
@@ -111,3 +121,5 @@ def test_only_the_guards_one_report_with_the_runs_nonce_is_read():
     assert "could not be read" in read_guard("ROLLGATE-GUARD abc {not json\n", "abc")[1]
     changed = 'ROLLGATE-GUARD abc {"outcomes": {}, "changed": ["_pytest.runner.call_and_report"]}'
     assert "_pytest.runner.call_and_report" in read_guard(changed, "abc")[1]
+    altered = 'ROLLGATE-GUARD abc {"outcomes": {}, "changed": [], "altered_files": ["tests/test_x.py"]}'
+    assert "rewritten during the run: tests/test_x.py" in read_guard(altered, "abc")[1]

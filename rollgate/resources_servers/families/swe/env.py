@@ -294,7 +294,8 @@ class SweEnv(Environment):
             final.pop(path, None)
         box = await self.sandboxes.create()
         try:
-            await _write_tree(box, {**final, **guard_files(carried)})
+            protected = {p: d for p, d in final.items() if self.project.is_test_path(p)}
+            await _write_tree(box, {**final, **guard_files(carried, protected)})
             run = await run_pytest(
                 box,
                 python=self.python,

@@ -10,7 +10,8 @@ It stops three tricks that reading pytest's printed report (`PASSED tests/...` l
 - a patched runner: it keeps the identity of pytest's and pluggy's report, runner and hook
   machinery as loaded, and reports every entry that changed (a TestReport that always says
   "passed", a Function.runtest that turns failures into xfail);
-- a pytest plugin registered from a module the model changed (a hook that rewrites reports).
+- a pytest plugin registered from a module the model changed (a hook that rewrites reports);
+- test files rewritten on disk while the suite runs (checked after each module is collected).
 Outcomes are its own, per test: passed, failed, skipped, xfailed (a declared xfail marker),
 xfail_called (pytest.xfail called at run time, which project code can do) or xpassed.
 
@@ -21,6 +22,7 @@ generic tricks a policy finds by trial, it does not make one process safe from t
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -32,11 +34,34 @@ MARK = "ROLLGATE-GUARD"
 _NONCE = os.environ.pop(ENV_NONCE, "")
 _OUT = os.dup(1)  # taken before pytest's capture and before any project code runs
 _WORKDIR = os.path.realpath(os.getcwd())
-try:  # the files the model changed (the verifier writes the list): only these may not register plugins
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "changed.json")) as _f:
-        _CHANGED = {os.path.realpath(os.path.join(_WORKDIR, p)) for p in json.load(_f)}
-except (OSError, ValueError, TypeError):
-    _CHANGED = set()
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load(name: str, default):
+    try:
+        with open(os.path.join(_HERE, name)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+# the files the model changed (only these may not register plugins), and the sha256 of each test
+# and runner-configuration file as the verifier wrote it (none may change while the suite runs)
+_CHANGED = {os.path.realpath(os.path.join(_WORKDIR, p)) for p in _load("changed.json", [])}
+_PROTECTED: dict = _load("protected.json", {})
+_altered: set[str] = set()
+
+
+def _check_files() -> None:
+    for path, digest in _PROTECTED.items():
+        try:
+            with open(os.path.join(_WORKDIR, path), "rb") as f:
+                same = hashlib.sha256(f.read()).hexdigest() == digest
+        except OSError:
+            same = False
+        if not same:
+            _altered.add(path)
+
 
 _WATCHED_MODULES = (
     "_pytest.runner",
@@ -125,9 +150,23 @@ def pytest_plugin_registered(plugin, manager):
         _foreign.append(os.path.relpath(os.path.realpath(name), _WORKDIR))
 
 
+def pytest_collectreport(report):
+    _check_files()  # after each module's import: a test file rewritten before it was read shows here
+
+
+def pytest_collection_finish(session):
+    _check_files()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
+    _check_files()
     changed = sorted(k for k, v in _SNAPSHOT.items() if _current(k) is not v)
-    report = {"outcomes": _outcomes, "changed": changed[:20], "foreign_plugins": sorted(set(_foreign))[:20]}
+    report = {
+        "outcomes": _outcomes,
+        "changed": changed[:20],
+        "foreign_plugins": sorted(set(_foreign))[:20],
+        "altered_files": sorted(_altered)[:20],
+    }
     with contextlib.suppress(OSError):
         os.write(_OUT, f"\n{MARK} {_NONCE} {json.dumps(report, sort_keys=True)}\n".encode())

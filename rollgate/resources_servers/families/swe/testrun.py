@@ -9,6 +9,7 @@ plugin (guard.py): the outcomes are then the guard's report, never lines the tes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
@@ -70,11 +71,14 @@ def pythonpath(runner: str, python_path: Sequence[str]) -> str:
     return ":".join([runner, *inner])
 
 
-def guard_files(changed: Sequence[str]) -> dict[str, bytes]:
-    """The guard plugin, as files to add to a verification tree, with the paths the model changed."""
+def guard_files(changed: Sequence[str], protected: dict[str, bytes] | None = None) -> dict[str, bytes]:
+    """The guard plugin, as files to add to a verification tree, with the paths the model changed
+    and the files that must not change while the suite runs (the tests and their configuration)."""
+    digests = {p: hashlib.sha256(d).hexdigest() for p, d in (protected or {}).items()}
     return {
         f"{GUARD_DIR}/{GUARD_MODULE}.py": (Path(__file__).parent / "guard.py").read_bytes(),
         f"{GUARD_DIR}/changed.json": json.dumps(sorted(changed)).encode(),
+        f"{GUARD_DIR}/protected.json": json.dumps(digests, sort_keys=True).encode(),
     }
 
 
@@ -111,6 +115,8 @@ def read_guard(stdout: str, nonce: str) -> tuple[dict[str, str], str | None]:
         return {}, "the guard's report could not be read"
     if report.get("changed"):
         return outcomes, f"the test runner was modified during the run: {', '.join(report['changed'][:5])}"
+    if report.get("altered_files"):
+        return outcomes, f"test files were rewritten during the run: {', '.join(report['altered_files'][:5])}"
     if report.get("foreign_plugins"):
         return outcomes, f"the changed code registered pytest plugins: {', '.join(report['foreign_plugins'][:5])}"
     return outcomes, None
