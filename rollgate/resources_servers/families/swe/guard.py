@@ -11,7 +11,9 @@ It stops three tricks that reading pytest's printed report (`PASSED tests/...` l
   machinery as loaded, and reports every entry that changed (a TestReport that always says
   "passed", a Function.runtest that turns failures into xfail);
 - a pytest plugin registered from a module the model changed (a hook that rewrites reports);
-- test files rewritten on disk while the suite runs (checked after each module is collected).
+- test files rewritten on disk while the suite runs (checked after each module is collected), or
+  an import hook from outside the standard library and the runner that could rewrite them as
+  they load.
 Outcomes are its own, per test: passed, failed, skipped, xfailed (a declared xfail marker),
 xfail_called (pytest.xfail called at run time, which project code can do) or xpassed.
 
@@ -50,6 +52,27 @@ def _load(name: str, default):
 _CHANGED = {os.path.realpath(os.path.join(_WORKDIR, p)) for p in _load("changed.json", [])}
 _PROTECTED: dict = _load("protected.json", {})
 _altered: set[str] = set()
+# import machinery may be added to only from the standard library and the runner (pytest's own
+# assertion-rewriting hook): a finder from anywhere else could hand pytest rewritten test modules
+_TRUSTED_ROOTS = tuple(
+    os.path.realpath(os.path.dirname(p)) + os.sep for p in (os.__file__, os.path.dirname(pytest.__file__))
+)
+_IMPORT_HOOKS_AT_START = {id(h) for h in (*sys.meta_path, *sys.path_hooks)}
+_foreign_importers: set[str] = set()
+
+
+def _check_importers() -> None:
+    for hook in (*sys.meta_path, *sys.path_hooks):
+        if id(hook) in _IMPORT_HOOKS_AT_START:
+            continue
+        target = getattr(hook, "__func__", hook)  # a bound method: its function
+        owner = target if isinstance(target, type) or hasattr(target, "__code__") else type(target)
+        name = getattr(owner, "__module__", None) or ""
+        mod = sys.modules.get(name)
+        origin = getattr(getattr(mod, "__spec__", None), "origin", None)
+        where = os.path.realpath(getattr(mod, "__file__", None) or "/nonexistent")
+        if origin not in ("frozen", "built-in") and not where.startswith(_TRUSTED_ROOTS):
+            _foreign_importers.add(f"{name}.{getattr(owner, '__qualname__', '?')}")
 
 
 def _check_files() -> None:
@@ -75,7 +98,13 @@ _WATCHED_MODULES = (
     "pluggy._callers",
     "pluggy._hooks",
     "pluggy._manager",
+    "_pytest.assertion.rewrite",
+    "_pytest.pathlib",
+    "_frozen_importlib",
+    "_frozen_importlib_external",
 )
+# single attributes whose replacement changes how test modules are found, compiled or loaded
+_WATCHED_ATTRS = ("sys.pycache_prefix", "builtins.__import__", "builtins.compile", "builtins.exec")
 
 
 def _watched() -> dict[str, object]:
@@ -95,6 +124,8 @@ def _watched() -> dict[str, object]:
                     for attr, value in list(vars(obj).items()):
                         if not attr.startswith("__") or attr in ("__init__", "__call__", "__new__"):
                             out[f"{mod_name}.{name}.{attr}"] = value
+    for key in _WATCHED_ATTRS:
+        out[key] = _current(key)
     return out
 
 
@@ -152,21 +183,25 @@ def pytest_plugin_registered(plugin, manager):
 
 def pytest_collectreport(report):
     _check_files()  # after each module's import: a test file rewritten before it was read shows here
+    _check_importers()
 
 
 def pytest_collection_finish(session):
     _check_files()
+    _check_importers()
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     _check_files()
+    _check_importers()
     changed = sorted(k for k, v in _SNAPSHOT.items() if _current(k) is not v)
     report = {
         "outcomes": _outcomes,
         "changed": changed[:20],
         "foreign_plugins": sorted(set(_foreign))[:20],
         "altered_files": sorted(_altered)[:20],
+        "foreign_importers": sorted(_foreign_importers)[:20],
     }
     with contextlib.suppress(OSError):
         os.write(_OUT, f"\n{MARK} {_NONCE} {json.dumps(report, sort_keys=True)}\n".encode())

@@ -117,6 +117,8 @@ def read_guard(stdout: str, nonce: str) -> tuple[dict[str, str], str | None]:
         return outcomes, f"the test runner was modified during the run: {', '.join(report['changed'][:5])}"
     if report.get("altered_files"):
         return outcomes, f"test files were rewritten during the run: {', '.join(report['altered_files'][:5])}"
+    if report.get("foreign_importers"):
+        return outcomes, f"an import hook was installed during the run: {', '.join(report['foreign_importers'][:5])}"
     if report.get("foreign_plugins"):
         return outcomes, f"the changed code registered pytest plugins: {', '.join(report['foreign_plugins'][:5])}"
     return outcomes, None
