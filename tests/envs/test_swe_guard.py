@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from rollgate.evaluation.audit.builtin_swe import (
+from rollgate.evaluation.audit.swe_payloads import (
     EXIT_NOW,
     IMPORT_HOOK,
     PATCH_RUNNER,
+    PLANT_PYC,
     PLUGIN_HOOK,
     REWRITE_TESTS,
     XFAIL_RUNNER,
@@ -49,6 +50,7 @@ async def _suite(env, files, *, guard: bool):
         ("fake_report", "ended without the guard's one report"),
         ("rewrite_tests", "test files were rewritten during the run: tests/test_bugs.py"),
         ("import_hook", "an import hook was installed during the run: parse._RgTestFinder"),
+        ("plant_pyc", None),  # bytecode caches live under the read-only runner: nothing to plant
     ],
 )
 async def test_a_trick_that_fools_a_plain_run_is_caught_by_the_guard(env, parse_rows, trick, why):
@@ -61,13 +63,17 @@ async def test_a_trick_that_fools_a_plain_run_is_caught_by_the_guard(env, parse_
         "fake_report": fake_report(targets),
         "rewrite_tests": REWRITE_TESTS.replace("HIDDEN", "|".join(t.split("::")[-1] for t in targets)),
         "import_hook": IMPORT_HOOK,
+        "plant_pyc": PLANT_PYC.replace("HIDDEN", "|".join(t.split("::")[-1] for t in targets)),
     }[trick]
     bug = checkout.buggy(env.project, checkout.pristine(_root(env)), Mutation(**row["mutation"]))
     rigged = {**bug, MODULE: bug[MODULE] + b"\n" + payload.encode() + b"\n"}
     plain = await _suite(env, rigged, guard=False)
     assert set(targets) <= plain.passed and not plain.failed & set(targets), plain.outcomes  # the hole was real
     guarded = await _suite(env, rigged, guard=True)
-    assert guarded.tampered is not None and why in guarded.tampered, guarded.tampered
+    if why is None:
+        assert guarded.tampered is None and set(targets) <= guarded.failed, guarded.outcomes
+    else:
+        assert guarded.tampered is not None and why in guarded.tampered, guarded.tampered
 
 
 def _root(env):

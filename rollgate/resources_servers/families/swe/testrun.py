@@ -26,6 +26,7 @@ NO_TESTS = 5  # pytest's exit status when nothing was collected
 USAGE = 4  # pytest's exit status for a usage error (e.g. a path that does not exist)
 GUARD_DIR = ".rollgate-guard"  # in the verification tree only, outside every project's sources
 GUARD_MODULE = "rollgate_guard"
+NO_PYCACHE = ".no-pycache"  # under the runner directory, which sandboxes mount read-only
 # the guard's outcomes in pytest's words; "xfail_called" (pytest.xfail called at run time) has none
 _GUARD_WORDS = {"passed": "PASSED", "failed": "FAILED", "xpassed": "XPASS", "xfailed": "XFAIL", "skipped": "SKIPPED"}
 
@@ -94,10 +95,14 @@ def pytest_argv(
     # hash seed: test ids built from set iteration (isodate's) are the same in every run
     path = pythonpath(runner, python_path)
     env = ["env", f"PYTHONPATH={path}", "COLUMNS=240", "PYTHONHASHSEED=0"]
+    interpreter = [python]
     if guard_nonce is not None:  # the guard first on the path: no project module can shadow it
         env = ["env", f"PYTHONPATH={INNER_WORKDIR}/{GUARD_DIR}:{path}", f"ROLLGATE_GUARD_NONCE={guard_nonce}", *env[2:]]
         extra = ("-p", GUARD_MODULE, *extra)
-    return [*env, python, "-s", "-m", "pytest", *PYTEST_FLAGS, *extra, "--", *selectors]
+        # bytecode caches (pytest's too) under the read-only runner, where nothing exists and nothing
+        # can be written: no test module is loaded from a cache the tested code wrote
+        interpreter = [python, "-X", f"pycache_prefix={runner}/{NO_PYCACHE}"]
+    return [*env, *interpreter, "-s", "-m", "pytest", *PYTEST_FLAGS, *extra, "--", *selectors]
 
 
 def read_guard(stdout: str, nonce: str) -> tuple[dict[str, str], str | None]:
