@@ -5,9 +5,11 @@ target tests out of their files, and writes that tree into a fresh sandbox (no n
 root, its own uid) that lives for the session. Every tool runs there. Verification never trusts
 that sandbox's tests: it collects the model's changes, refuses (reward 0, reason in the metrics)
 any change to a test file or to the runner's configuration, and runs the whole suite in a second,
-fresh sandbox holding the buggy tree with the pristine tests and the model's source changes.
-Reward: the fraction of target tests that pass, or 0 when any other test fails (a regression);
-1.0 exactly when the bug is fixed and nothing broke.
+fresh sandbox holding the buggy tree with the pristine tests and the model's source changes, with
+a guard plugin (guard.py) whose report, not pytest's printed one, gives the outcomes; a run that
+ends before that report (an early exit) or that patched pytest scores 0, reason in the metrics.
+Reward: the fraction of target tests that pass, or 0 on a regression (another test that passed on
+the pristine tree fails, is skipped or is gone); 1.0 exactly when the bug is fixed and nothing broke.
 """
 
 from __future__ import annotations
@@ -25,13 +27,20 @@ from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
 from rollgate.core.settings import Settings
 from rollgate.resources_servers.base import Environment, ToolError, tool
 from rollgate.resources_servers.families.common import input_text
-from rollgate.resources_servers.families.swe import checkout, trees
+from rollgate.resources_servers.families.swe import checkout, pool, trees
 from rollgate.resources_servers.families.swe.mutations import Mutation
 from rollgate.resources_servers.families.swe.patches import patch_strip, repo_path, selectors
 from rollgate.resources_servers.families.swe.projects import get_project
 from rollgate.resources_servers.families.swe.prompts import issue_text
 from rollgate.resources_servers.families.swe.sources import SourceError, cached_source, ensure_runner
-from rollgate.resources_servers.families.swe.testrun import NO_TESTS, USAGE, pytest_argv, pythonpath, run_pytest
+from rollgate.resources_servers.families.swe.testrun import (
+    NO_TESTS,
+    USAGE,
+    guard_files,
+    pytest_argv,
+    pythonpath,
+    run_pytest,
+)
 from rollgate.resources_servers.families.swe.warm import CheckoutPool
 from rollgate.sandbox import ExecResult, Sandbox, SandboxError, SandboxProvider, check_isolation, make_provider
 from rollgate.sandbox.isolation import INNER_WORKDIR
@@ -322,6 +331,8 @@ class SweEnv(Environment):
             final.pop(path, None)
         box = await self._checkout(final)
         try:
+            protected = {p: d for p, d in final.items() if self.project.is_test_path(p)}
+            await trees.write_tree(box, guard_files(carried, protected))
             run = await run_pytest(
                 box,
                 python=self.python,
@@ -329,11 +340,19 @@ class SweEnv(Environment):
                 python_path=self.project.python_path,
                 timeout_s=self.test_timeout_s,
                 workdir=self.workdir,
+                guard=True,
             )
         finally:
             await box.destroy()
+        if run.tampered is not None:  # the project's code played with the test process (testrun.read_guard)
+            metrics = {"error": run.tampered, "rejected": True, "changed_files": sorted(carried)[:50]}
+            return VerifyResult(reward=0.0, reward_components=zero, metrics=metrics)
         fixed = [t for t in state.targets if t in run.passed]
-        regressions = sorted(run.failed - set(state.targets))
+        # a test that passed on the pristine tree and no longer passes (failed, skipped by the
+        # changed code, or gone) is a regression; without a recorded baseline, the failed ones
+        known = pool.baseline(self.project, self.home)
+        lost = (known - set(state.targets) - run.passed) if known is not None else set()
+        regressions = sorted((run.failed - set(state.targets)) | lost)
         share = len(fixed) / len(state.targets)
         reward = 0.0 if regressions else share
         metrics: dict[str, Any] = {

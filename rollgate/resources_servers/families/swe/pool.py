@@ -73,6 +73,20 @@ def judge(baseline: set[str], run: SuiteRun) -> list[str] | None:
     return sorted(failed)
 
 
+def pool_path(project: Project, home: str) -> Path:
+    return swe_home(home) / "pools" / f"{project.name}-{project.version}-v{POOL_VERSION}.json"
+
+
+def baseline(project: Project, home: str) -> set[str] | None:
+    """The tests that pass on the pristine tree, as validation recorded them (None where this
+    machine has not validated the project)."""
+    try:
+        value = json.loads(pool_path(project, home).read_text()).get("baseline")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return {str(t) for t in value} if isinstance(value, list) else None
+
+
 @contextmanager
 def _locked(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +112,7 @@ class PoolBuilder:
         self.timeout_s = timeout_s
 
     def path(self, project: Project) -> Path:
-        return swe_home(self.home) / "pools" / f"{project.name}-{project.version}-v{POOL_VERSION}.json"
+        return pool_path(project, self.home)
 
     async def tasks(self, project: Project, count: int, *, progress: Callable[[str], None] | None = None) -> list[Task]:
         """The first `count` validated tasks (fewer only when the candidates run out)."""
