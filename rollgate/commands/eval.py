@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from rollgate.commands import eval_games
+from rollgate.commands.progress import progress
 from rollgate.commands.serve import add_common_flags, add_model_flag, apply_model_flag
 
 EPILOG = """\
@@ -120,8 +121,6 @@ def _settings(args: argparse.Namespace):
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from rollgate.core.errors import BadRequest
     from rollgate.core.eval_metrics import MetricConfig
     from rollgate.evaluation.report import summary_table
@@ -170,23 +169,12 @@ def _run_eval(args: argparse.Namespace) -> int:
         source = GatewaySource(args.gateway, api_key=args.api_key or settings.api_key)
     else:
         source = StackSource(settings, opts.envs, concurrency=args.concurrency)
-    # The bar appears once the tasks are known, and is gone before any error is printed: an error
-    # drawn between two bars is easy to miss.
-    bars: list[tqdm] = []
-
-    def on_total(n: int) -> None:
-        if not bars:
-            bars.append(tqdm(total=n, unit="sample", file=sys.stderr, disable=args.no_progress, dynamic_ncols=True))
-        bars[0].reset(total=n)
-
-    try:
-        result = run_eval(opts, source, on_total=on_total, on_sample=lambda _s: bars and bars[0].update(1))
-    except KeyboardInterrupt:
-        print(f"interrupted; {opts.out}/samples.jsonl keeps what finished: re-run with --resume", file=sys.stderr)
-        return 130
-    finally:
-        for bar in bars:
-            bar.close()
+    with progress("sample", disable=args.no_progress) as (on_total, advance):
+        try:
+            result = run_eval(opts, source, on_total=on_total, on_sample=advance)
+        except KeyboardInterrupt:
+            print(f"interrupted; {opts.out}/samples.jsonl keeps what finished: re-run with --resume", file=sys.stderr)
+            return 130
     if result.skipped_rows:
         print(f"{result.skipped_rows} task rows of other environments were skipped", file=sys.stderr)
     if result.overlap:

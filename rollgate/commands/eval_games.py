@@ -8,6 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from rollgate.commands.progress import progress
+
 
 def add_flags(c: argparse.ArgumentParser) -> None:
     g = c.add_argument_group(
@@ -55,8 +57,6 @@ def given_flags(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from rollgate.core import jsonutil
     from rollgate.core.settings import Settings
     from rollgate.evaluation.games import GatewayGames, HeadToHeadOptions, StackGames, head_to_head
@@ -82,16 +82,8 @@ def run(args: argparse.Namespace) -> int:
         source: StackGames | GatewayGames = GatewayGames(args.h2h_gateway, api_key=args.h2h_api_key or settings.api_key)
     else:
         source = StackGames(settings, opts.env, concurrency=args.h2h_concurrency)
-    bars: list[tqdm] = []
-
-    def on_total(n: int) -> None:
-        bars.append(tqdm(total=n, unit="game", file=sys.stderr, disable=args.h2h_no_progress, dynamic_ncols=True))
-
-    try:
-        report = head_to_head(opts, source, on_total=on_total, on_game=lambda _p: bars and bars[0].update(1))
-    finally:
-        for bar in bars:
-            bar.close()
+    with progress("game", disable=args.h2h_no_progress) as (on_total, advance):
+        report = head_to_head(opts, source, on_total=on_total, on_game=advance)
     print(head_to_head_table(report))
     if args.cmp_out:
         Path(args.cmp_out).write_bytes(jsonutil.dumps(report))
@@ -119,8 +111,6 @@ def multi_role_source(args: argparse.Namespace, settings):
 
 def run_self_play(args: argparse.Namespace, source, sampling: dict) -> int:
     """`rollgate eval --env GAME`: the model in every seat, each role's win / draw / loss rates."""
-    from tqdm import tqdm
-
     from rollgate.core import jsonutil
     from rollgate.core.errors import BadRequest
     from rollgate.evaluation.games import HeadToHeadOptions, self_play
@@ -152,16 +142,8 @@ def run_self_play(args: argparse.Namespace, source, sampling: dict) -> int:
         resamples=args.bootstrap_resamples,
         bootstrap_seed=args.bootstrap_seed,
     )
-    bars: list[tqdm] = []
-
-    def on_total(n: int) -> None:
-        bars.append(tqdm(total=n, unit="game", file=sys.stderr, disable=args.no_progress, dynamic_ncols=True))
-
-    try:
-        report = self_play(opts, source, on_total=on_total, on_game=lambda _p: bars and bars[0].update(1))
-    finally:
-        for bar in bars:
-            bar.close()
+    with progress("game", disable=args.no_progress) as (on_total, advance):
+        report = self_play(opts, source, on_total=on_total, on_game=advance)
     (out / "play.json").write_bytes(jsonutil.dumps(report))
     print(f"{report['env']}: {report['model']['model']} in every seat (self-play), {args.k} games per task")
     print(play_table(report))
