@@ -21,6 +21,23 @@ REPORT_KIND = "rollgate.eval.play"  # the kind of `rollgate eval`'s play.json
 REWARDED = {o.value for o in Outcome if o.has_reward}
 
 
+def report_head(prog: JobProgress, *, kind: str, schema_version: int) -> dict[str, Any]:
+    """The opening of a finished job's report, either kind: its schema, when it finished, the job."""
+    finished = prog.finished_at or prog.created_at
+    return {
+        "schema_version": schema_version,
+        "kind": kind,
+        "created_at": dt.datetime.fromtimestamp(finished, dt.UTC).isoformat(timespec="seconds"),
+        "job": {
+            "job_id": prog.job_id,
+            "state": prog.state,
+            "purpose": prog.purpose,
+            "created_at": prog.created_at,
+            "finished_at": prog.finished_at,
+        },
+    }
+
+
 def slim_episode(rec: dict[str, Any]) -> dict[str, Any]:
     """An `episode` record cut down to what the report reads: each role's reward and policy."""
     trajectories = []
@@ -81,19 +98,9 @@ def build_play_report(
     play = play_summary(episodes, resamples=resamples, seed=seed)
     for why, n in play["failures"].items():
         without[why] = without.get(why, 0) + n
-    finished = prog.finished_at or prog.created_at
     with_result = len(episodes) - sum(play["failures"].values())
     return {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "kind": REPORT_KIND,
-        "created_at": dt.datetime.fromtimestamp(finished, dt.UTC).isoformat(timespec="seconds"),
-        "job": {
-            "job_id": prog.job_id,
-            "state": prog.state,
-            "purpose": prog.purpose,
-            "created_at": prog.created_at,
-            "finished_at": prog.finished_at,
-        },
+        **report_head(prog, kind=REPORT_KIND, schema_version=REPORT_SCHEMA_VERSION),
         "model": {"name": sorted(models), "policy_version": sorted(versions), "weight_versions": sorted(weights)},
         "seats": prog.roles or {},  # each role's policy as the job gave it
         "config": {

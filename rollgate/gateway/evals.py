@@ -11,7 +11,6 @@ scored by play instead (rollgate.gateway.eval_play: each role's wins, draws and 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from rollgate.core.errors import RollgateError
 from rollgate.core.eval_metrics import MetricConfig, TaskResult, env_blocks
 from rollgate.core.schemas import ErrorKind, Outcome
 from rollgate.gateway.eval_play import REPORT_KIND as PLAY_KIND
-from rollgate.gateway.eval_play import build_play_report, play_headline, slim_episode
+from rollgate.gateway.eval_play import build_play_report, play_headline, report_head, slim_episode
 from rollgate.jobs.queue import EvalOptions, JobProgress, JobQueue, decode_record
 
 COMPONENT = "gateway"
@@ -110,18 +109,8 @@ def build_report(prog: JobProgress, records: Sequence[tuple[str, dict[str, Any]]
     got = collect(records, opts.threshold, prog.env)
     cfg = MetricConfig(k=opts.k, pass_k=tuple(opts.pass_k), threshold=opts.threshold)
     per_env, overall = env_blocks(list(got.tasks.values()), cfg)
-    finished = prog.finished_at or prog.created_at
     return {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "kind": REPORT_KIND,
-        "created_at": dt.datetime.fromtimestamp(finished, dt.UTC).isoformat(timespec="seconds"),
-        "job": {
-            "job_id": prog.job_id,
-            "state": prog.state,
-            "purpose": prog.purpose,
-            "created_at": prog.created_at,
-            "finished_at": prog.finished_at,
-        },
+        **report_head(prog, kind=REPORT_KIND, schema_version=REPORT_SCHEMA_VERSION),
         "model": {
             "name": _one_or_list(got.models, prog.model),
             "policy_version": prog.policy_version or _one_or_list(got.versions, None),
