@@ -27,6 +27,7 @@ from rollgate.evaluation.headtohead import (
 )
 from rollgate.evaluation.play import play_report
 from rollgate.evaluation.samples import COMPONENT
+from rollgate.evaluation.sources import cancel_jobs, job_results
 from rollgate.evaluation.tasks import EvalTask, check_envs, env_class, generate_tasks, load_task_file
 
 log = logging.getLogger("rollgate.eval")
@@ -151,23 +152,13 @@ class GatewayGames:
                 for job_id, seated, tasks in submitted:
                     self._stream(client, job_id, seated, tasks, on_result)
             except BaseException:
-                for job_id, _, _ in submitted:  # leave no orphaned work behind on the gateway
-                    try:
-                        client.cancel(job_id)
-                    except Exception:  # noqa: BLE001 - best effort; the job's TTL is the backstop
-                        log.warning("could not cancel job %s", job_id)
+                cancel_jobs(client, [job_id for job_id, _, _ in submitted])
                 raise
 
     @staticmethod
     def _stream(client, job_id: str, seated: list[Game], tasks: list[Any], on_result: OnPlayed) -> None:
         free = {(g.task.task_id, g.index): g for g in seated}
-        for line in client.results(job_id):
-            kind, rec = line.get("type"), line.get("record")
-            if kind not in ("episode", "failure"):
-                continue
-            row = rec.get("row_index")
-            if not isinstance(row, int) or not 0 <= row < len(tasks):
-                raise ProtocolError(f"job {job_id}: a result without a valid row_index", component="gateway")
+        for kind, rec, row in job_results(client, job_id, ("episode", "failure"), len(tasks)):
             task_id = tasks[row].task_id
             index = rec.get("sample_index")
             game = free.pop((task_id, index), None) if isinstance(index, int) else None

@@ -118,6 +118,29 @@ class StackSource:
             await stack.aclose()
 
 
+def cancel_jobs(client, job_ids: Sequence[str]) -> None:
+    """Cancel the jobs a failed or interrupted evaluation submitted: no orphaned work is left behind
+    on the gateway. Best effort: a job that cannot be cancelled ends by its TTL."""
+    for job_id in job_ids:
+        try:
+            client.cancel(job_id)
+        except Exception:  # noqa: BLE001 - best effort; the job's TTL is the backstop
+            log.warning("could not cancel job %s", job_id)
+
+
+def job_results(client, job_id: str, kinds: tuple[str, ...], rows: int) -> Iterator[tuple[str, dict[str, Any], int]]:
+    """(kind, record, row) for each record of `kinds` on a job's results stream; a record whose
+    row_index is not one of the job's `rows` is a ProtocolError."""
+    for line in client.results(job_id):
+        kind, rec = line.get("type"), line.get("record")
+        if kind not in kinds:
+            continue
+        row = rec.get("row_index")
+        if not isinstance(row, int) or not 0 <= row < rows:
+            raise ProtocolError(f"job {job_id}: a result without a valid row_index", component="gateway")
+        yield kind, rec, row
+
+
 class GatewaySource:
     """Rollout jobs on a gateway (POST /v1/rollouts and its results stream). A job has one
     `repeats` for all its rows, so tasks are grouped by how many samples they still need, and
@@ -177,23 +200,13 @@ class GatewaySource:
                 for job_id, entries in submitted:
                     self._stream(client, job_id, entries, on_result)
             except BaseException:
-                for job_id, _ in submitted:  # leave no orphaned work behind on the gateway
-                    try:
-                        client.cancel(job_id)
-                    except Exception:  # noqa: BLE001 - best effort; the job's TTL is the backstop
-                        log.warning("could not cancel job %s", job_id)
+                cancel_jobs(client, [job_id for job_id, _ in submitted])
                 raise
 
     @staticmethod
     def _stream(client, job_id: str, entries, on_result: OnResult) -> None:
         free = [list(idx) for _, idx in entries]  # indices not yet filled, per row of the job
-        for line in client.results(job_id):
-            kind, rec = line.get("type"), line.get("record")
-            if kind not in ("trajectory", "failure"):
-                continue
-            row = rec.get("row_index")
-            if not isinstance(row, int) or not 0 <= row < len(entries):
-                raise ProtocolError(f"job {job_id}: a result without a valid row_index", component="gateway")
+        for kind, rec, row in job_results(client, job_id, ("trajectory", "failure"), len(entries)):
             task, wanted = entries[row]
             if not free[row]:
                 raise ProtocolError(f"job {job_id}: more results than samples for row {row}", component="gateway")
