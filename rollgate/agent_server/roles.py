@@ -70,18 +70,26 @@ def check_role_policy(
 ) -> None:
     """A role's model is one of `known_models` (none: the job's own) and its agent the shipped loop:
     else a 400 naming `roles.<role>.<field>` and what is accepted."""
+    check_policy(f"roles.{role}", policy, known_models, component=component)
+
+
+def check_policy(
+    where: str, policy: RolePolicy, known_models: Iterable[str], *, component: str = COMPONENT, hint: str = ""
+) -> None:
+    """A policy's model is one of `known_models` (none: the default) and its agent the shipped loop:
+    else a 400 naming `<where>.<field>` and what is accepted (`hint` follows the known models)."""
     known = set(known_models)
     if policy.model is not None and policy.model not in known:
         raise BadRequest(
-            f"roles.{role}.model: unknown model {policy.model!r}; known: {', '.join(sorted(known))}",
+            f"{where}.model: unknown model {policy.model!r}; known: {', '.join(sorted(known))}{hint}",
             component=component,
-            field=f"roles.{role}.model",
+            field=f"{where}.model",
         )
     if policy.agent not in (None, AGENT_NAME):
         raise BadRequest(
-            f"roles.{role}.agent: {policy.agent!r} cannot play a role; accepted: {AGENT_NAME}",
+            f"{where}.agent: {policy.agent!r} cannot play a role; accepted: {AGENT_NAME}",
             component=component,
-            field=f"roles.{role}.agent",
+            field=f"{where}.agent",
         )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from rollgate.agent_server.agent import AGENT_NAME
+from rollgate.agent_server.roles import check_policy
 from rollgate.core.errors import BadRequest
 from rollgate.core.schemas import EpisodeRecord, RolePolicy
 from rollgate.core.stats import CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, paired_bootstrap
@@ -66,20 +66,9 @@ def parse_policy(text: str, side: str) -> RolePolicy:
 
 def check_policies(policies: dict[str, RolePolicy], known_models: Sequence[str], default_model: str) -> None:
     """Each side's model is one the stack serves (its own or a `role_models` name)."""
+    hint = f" (the stack's own model is {default_model!r}; others come from the setting role_models)"
     for side, policy in policies.items():
-        if policy.model is not None and policy.model not in known_models:
-            raise BadRequest(
-                f"{side}.model: unknown model {policy.model!r}; known: {', '.join(sorted(known_models))} "
-                f"(the stack's own model is {default_model!r}; others come from the setting role_models)",
-                component=COMPONENT,
-                field=f"{side}.model",
-            )
-        if policy.agent not in (None, AGENT_NAME):
-            raise BadRequest(
-                f"{side}.agent: {policy.agent!r} cannot play a role; accepted: {AGENT_NAME}",
-                component=COMPONENT,
-                field=f"{side}.agent",
-            )
+        check_policy(side, policy, known_models, component=COMPONENT, hint=hint)
 
 
 def seatings(env: str, roles: Sequence[str], seats: str | None) -> list[tuple[str, str]]:
