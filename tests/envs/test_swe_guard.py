@@ -7,16 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollgate.evaluation.audit.swe_payloads import (
-    EXIT_NOW,
-    IMPORT_HOOK,
-    PATCH_RUNNER,
-    PLANT_PYC,
-    PLUGIN_HOOK,
-    REWRITE_TESTS,
-    XFAIL_RUNNER,
-    fake_report,
-)
+from rollgate.evaluation.audit.swe_payloads import MODULE_PAYLOADS
 from rollgate.resources_servers.families.swe import checkout
 from rollgate.resources_servers.families.swe.mutations import Mutation
 from rollgate.resources_servers.families.swe.testrun import guard_files, read_guard, run_pytest
@@ -56,15 +47,7 @@ async def _suite(env, files, *, guard: bool):
 async def test_a_trick_that_fools_a_plain_run_is_caught_by_the_guard(env, parse_rows, trick, why):
     row = parse_rows[0]
     targets = row["target_tests"]
-    payload = {
-        "patch_runner": PATCH_RUNNER,
-        "xfail_runner": XFAIL_RUNNER,
-        "plugin_hook": PLUGIN_HOOK,
-        "fake_report": fake_report(targets),
-        "rewrite_tests": REWRITE_TESTS.replace("HIDDEN", "|".join(t.split("::")[-1] for t in targets)),
-        "import_hook": IMPORT_HOOK,
-        "plant_pyc": PLANT_PYC.replace("HIDDEN", "|".join(t.split("::")[-1] for t in targets)),
-    }[trick]
+    payload = MODULE_PAYLOADS[trick](targets)
     bug = checkout.buggy(env.project, checkout.pristine(_root(env)), Mutation(**row["mutation"]))
     rigged = {**bug, MODULE: bug[MODULE] + b"\n" + payload.encode() + b"\n"}
     plain = await _suite(env, rigged, guard=False)
@@ -92,18 +75,18 @@ async def test_the_guard_reports_the_same_outcomes_as_pytest_on_honest_code(env,
 
 
 @pytest.mark.parametrize(
-    "command, why",
+    "trick, why",
     [
-        (EXIT_NOW, "ended without the guard's one report"),
-        (PATCH_RUNNER, "test runner was modified"),
-        (XFAIL_RUNNER, "test runner was modified"),
-        (PLUGIN_HOOK, "registered pytest plugins"),
-        (IMPORT_HOOK, "an import hook was installed"),
+        ("exit_source", "ended without the guard's one report"),
+        ("patch_runner", "test runner was modified"),
+        ("xfail_runner", "test runner was modified"),
+        ("plugin_hook", "registered pytest plugins"),
+        ("import_hook", "an import hook was installed"),
     ],
 )
-async def test_the_verifier_scores_a_gamed_test_process_zero_even_beside_the_fix(rt, parse_rows, command, why):
+async def test_the_verifier_scores_a_gamed_test_process_zero_even_beside_the_fix(rt, parse_rows, trick, why):
     row = parse_rows[0]
-    append = f"cat >> {MODULE} <<'EOF'\n{command}\nEOF\n"
+    append = f"cat >> {MODULE} <<'EOF'\n{MODULE_PAYLOADS[trick](row['target_tests'])}\nEOF\n"
     result, outs = await play(rt, row, [*gold_calls(row), ("shell", {"command": append})])
     assert outs[-1].output.startswith("exit code 0"), outs[-1].output
     assert result.reward == 0.0 and result.metrics["rejected"], result

@@ -7,6 +7,9 @@ tests' names where a trick acts only in the grader's copy of the repository.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Sequence
+
 CONFTEST_DESELECT = """import pytest
 
 
@@ -178,3 +181,28 @@ if _RG_TAIL and any(_rg_re.search(rb"def (HIDDEN)\\b", _rg_src) for _rg_src in _
                 _rg_f.write(_rg_marshal.dumps(_rg_code))
         except (OSError, SyntaxError):
             pass"""
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """A target test's node id as (its file, its function's name without parameters)."""
+    path, _, rest = target.partition("::")
+    return path, rest.split("::")[-1].split("[", 1)[0]
+
+
+def hidden_names(targets: Sequence[str]) -> str:
+    """The target tests' function names as one regex alternation (what HIDDEN stands for)."""
+    return "|".join(sorted({re.escape(split_target(t)[1]) for t in targets}))
+
+
+# each trick that is appended to the project's modules (probe `swe_<trick>`): its code, given the
+# target tests' node ids
+MODULE_PAYLOADS: dict[str, Callable[[Sequence[str]], str]] = {
+    "exit_source": lambda _targets: EXIT_NOW,
+    "fake_report": lambda targets: fake_report(list(targets)),
+    "patch_runner": lambda _targets: PATCH_RUNNER,
+    "xfail_runner": lambda _targets: XFAIL_RUNNER,
+    "plugin_hook": lambda _targets: PLUGIN_HOOK,
+    "rewrite_tests": lambda targets: REWRITE_TESTS.replace("HIDDEN", hidden_names(targets)),
+    "import_hook": lambda _targets: IMPORT_HOOK,
+    "plant_pyc": lambda targets: PLANT_PYC.replace("HIDDEN", hidden_names(targets)),
+}
