@@ -5,7 +5,6 @@ native route; no MCP name reaches seed, reset, verify, close or state."""
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
 
@@ -15,33 +14,15 @@ from fastapi import FastAPI
 
 pytest.importorskip("mcp", reason='MCP tests need the optional extra "interop" (pip install -e ".[interop]")')
 
-from mcp import ClientSession  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.exceptions import McpError  # noqa: E402
 
-from rollgate.core.metrics import Metrics  # noqa: E402
-from rollgate.core.replicas import ReplicaSet  # noqa: E402
 from rollgate.core.session_store import MemorySessionStore  # noqa: E402
-from rollgate.core.settings import Settings  # noqa: E402
-from rollgate.gateway.proxy import Forwarder, proxy_router  # noqa: E402
-from rollgate.gateway.server import create_gateway_app  # noqa: E402
-from rollgate.jobs import make_queue  # noqa: E402
 from rollgate.resources_servers.app import create_resources_app  # noqa: E402
 from rollgate.resources_servers.base import EnvRuntime  # noqa: E402
 from rollgate.resources_servers.lazy_routes import envs_router  # noqa: E402
 from tests.gateway.serving import serve_here  # noqa: E402
+from tests.interop.mcp_serving import gateway_in_front, mcp_session  # noqa: E402
 from tests.resources.toy_env import CounterEnv  # noqa: E402
-
-
-@contextlib.asynccontextmanager
-async def mcp_session(url: str):
-    async with (
-        httpx.AsyncClient(timeout=30) as http,
-        streamable_http_client(url, http_client=http) as (read, write, _),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
 
 
 @pytest.fixture
@@ -136,21 +117,8 @@ async def test_served_in_the_embedded_apps_lazy_env_routes_family_names_too(runt
 
 
 async def test_served_through_the_gateway_proxy(runtime):
-    async with serve_here(create_resources_app(runtime)) as replica:
-        settings = Settings()
-        forwarder = Forwarder()
-        proxy = proxy_router(forwarder, model=None, envs={"counter": ReplicaSet([replica], what="env counter")})
-        gateway = create_gateway_app(
-            settings,
-            make_queue(settings),
-            known_envs=lambda: ["counter"],
-            routers=[proxy],
-            metrics=Metrics(),
-            api_key=None,
-            on_shutdown=[forwarder.aclose],
-        )
-        async with serve_here(gateway) as front:
-            await play_and_verify(f"{front}/envs/counter", runtime)
+    async with serve_here(create_resources_app(runtime)) as replica, gateway_in_front(replica, "counter") as front:
+        await play_and_verify(f"{front}/envs/counter", runtime)
 
 
 def test_mcp_is_not_imported_on_the_start_up_path():

@@ -6,43 +6,23 @@ naming no role or an unknown one is a 400 naming the roles; verify stays native,
 
 from __future__ import annotations
 
-import contextlib
-
 import httpx
 import pytest
 
 pytest.importorskip("mcp", reason='MCP tests need the optional extra "interop" (pip install -e ".[interop]")')
 
-from mcp import ClientSession  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from rollgate.core.metrics import Metrics  # noqa: E402
-from rollgate.core.replicas import ReplicaSet  # noqa: E402
 from rollgate.core.session_store import MemorySessionStore  # noqa: E402
-from rollgate.core.settings import Settings  # noqa: E402
-from rollgate.gateway.proxy import Forwarder, proxy_router  # noqa: E402
-from rollgate.gateway.server import create_gateway_app  # noqa: E402
-from rollgate.jobs import make_queue  # noqa: E402
 from rollgate.resources_servers.app import create_resources_app  # noqa: E402
 from rollgate.resources_servers.base import EnvRuntime  # noqa: E402
 from rollgate.resources_servers.envs.solve_grade import SolveGradeEnv  # noqa: E402
 from tests.gateway.serving import serve_here  # noqa: E402
+from tests.interop.mcp_serving import gateway_in_front, mcp_session  # noqa: E402
 from tests.resources.toy_env import CounterEnv  # noqa: E402
 
 ROW = {"responses_create_params": {"input": "solve and grade"}, "question": "2 + 3?", "answer": 5}
 MCP_POST = {"accept": "application/json, text/event-stream"}
 LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-
-
-@contextlib.asynccontextmanager
-async def mcp_session(url: str):
-    async with (
-        httpx.AsyncClient(timeout=30) as http,
-        streamable_http_client(url, http_client=http) as (read, write, _),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
 
 
 @pytest.fixture
@@ -87,21 +67,8 @@ async def test_each_role_plays_its_own_endpoint_and_out_of_turn_calls_name_the_r
 
 
 async def test_through_the_gateway_proxy_the_role_reaches_the_replica(runtime):
-    async with serve_here(create_resources_app(runtime)) as replica:
-        settings = Settings()
-        forwarder = Forwarder()
-        proxy = proxy_router(forwarder, model=None, envs={"solve_grade": ReplicaSet([replica], what="env")})
-        gateway = create_gateway_app(
-            settings,
-            make_queue(settings),
-            known_envs=lambda: ["solve_grade"],
-            routers=[proxy],
-            metrics=Metrics(),
-            api_key=None,
-            on_shutdown=[forwarder.aclose],
-        )
-        async with serve_here(gateway) as front:
-            await play_both_roles(f"{front}/envs/solve_grade")
+    async with serve_here(create_resources_app(runtime)) as replica, gateway_in_front(replica, "solve_grade") as front:
+        await play_both_roles(f"{front}/envs/solve_grade")
 
 
 @pytest.mark.parametrize(("query", "says"), [("", "names no role"), ("?role=referee", "names role 'referee'")])
