@@ -9,23 +9,16 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 import httpx
 import pytest
 
 from rollgate.core.schemas import EpisodeRecord
-from rollgate.core.serving import serve_in_thread
-from rollgate.core.settings import Settings
 from rollgate.evaluation.play import play_report
-from rollgate.model_server.app import create_model_app
-from rollgate.model_server.server import build_service
-from tests.conftest import free_port
-from tests.gateway.test_roles_jobs import moves, results, ttt_rows
+from tests.gateway.roles_stack import TTT, moves, other_policy_server, results, roles_gateway, ttt_rows
 
 pytest.importorskip("textarena")
 
-TTT = "textarena/TicTacToe"
 TTT3 = "textarena/ThreePlayerTicTacToe"  # a 5x5 board, a line of four wins
 # the tiny model's own window is too short for three players' 5x5 boards; the scripted policies
 # read nothing, so a longer window changes only where the episode would stop
@@ -36,32 +29,14 @@ A_WINS = {"player_0": {"metadata": moves(0, 1, 2)}, "player_1": {"model": "other
 
 @pytest.fixture(scope="module")
 def other_model_url(tiny_model_dir):
-    model = {"backend": "scripted", "model_path": tiny_model_dir, "served_name": "other-policy", **LONG_CONTEXT}
-    settings = Settings(model=model)
-    with serve_in_thread(create_model_app(build_service(settings)), timeout_s=60) as url:
+    with other_policy_server(tiny_model_dir, **LONG_CONTEXT) as url:
         yield url
 
 
 @pytest.fixture(scope="module", params=["memory", "redis"])
 def gateway_url(request, other_model_url):
-    from rollgate.stack.embedded import build_app
-
-    extra = {"redis_url": request.getfixturevalue("redis_url")} if request.param == "redis" else {}
-    settings = Settings(
-        model={"backend": "scripted", **LONG_CONTEXT},
-        envs=[TTT, TTT3],
-        gateway={"ui": False, "auth": False, "queue_prefix": f"rgtest:{uuid.uuid4().hex[:12]}"},
-        role_models={"other-policy": other_model_url, "down": f"http://127.0.0.1:{free_port()}"},
-        **extra,
-    )
-    app = build_app(settings)
-    with serve_in_thread(app, timeout_s=120) as url:
+    with roles_gateway(request, other_model_url, [TTT, TTT3], **LONG_CONTEXT) as url:
         yield url
-    queue = app.state.worker.queue
-    if hasattr(queue, "clear"):
-        import asyncio
-
-        asyncio.run(queue.clear())
 
 
 def run_eval(c: httpx.Client, body: dict) -> tuple[str, list[dict], dict]:

@@ -8,7 +8,6 @@ Each episode is one `episode` record on the results stream holding one trajector
 from __future__ import annotations
 
 import json
-import uuid
 from itertools import pairwise
 from pathlib import Path
 
@@ -18,66 +17,21 @@ import pytest
 from rollgate.cli import main
 from rollgate.core import jsonutil
 from rollgate.core.schemas import EpisodeRecord, Outcome, Trajectory
-from rollgate.core.serving import serve_in_thread
-from rollgate.core.settings import Settings
-from rollgate.model_server.app import create_model_app
-from rollgate.model_server.server import build_service
-from tests.conftest import free_port
+from tests.gateway.roles_stack import TTT, moves, other_policy_server, results, roles_gateway, ttt_rows
 
 pytest.importorskip("textarena")
-
-TTT = "textarena/TicTacToe"
-
-
-def moves(*cells: int) -> dict[str, str]:
-    turns = [{"call": {"name": "act", "arguments": {"action": f"[{c}]"}}} for c in cells] + [{"text": "gg"}]
-    return {"rollgate_script": json.dumps(turns)}
-
-
-def ttt_rows(n: int) -> list[dict]:
-    return [
-        {"responses_create_params": {"input": "Play TicTacToe."}, "env": TTT, "seed": 10 + i, "task_id": f"ttt-{i}"}
-        for i in range(n)
-    ]
 
 
 @pytest.fixture(scope="module")
 def other_model_url(tiny_model_dir):
-    settings = Settings(model={"backend": "scripted", "model_path": tiny_model_dir, "served_name": "other-policy"})
-    with serve_in_thread(create_model_app(build_service(settings)), timeout_s=60) as url:
+    with other_policy_server(tiny_model_dir) as url:
         yield url
 
 
 @pytest.fixture(scope="module", params=["memory", "redis"])
 def gateway_url(request, other_model_url):
-    from rollgate.stack.embedded import build_app
-
-    extra: dict = {}
-    if request.param == "redis":
-        extra = {"redis_url": request.getfixturevalue("redis_url")}
-    prefix = f"rgtest:{uuid.uuid4().hex[:12]}"
-    settings = Settings(
-        model={"backend": "scripted"},
-        envs=[TTT, "math"],
-        gateway={"ui": False, "auth": False, "queue_prefix": prefix},
-        # "down": a model server that is not running (nothing listens on that port)
-        role_models={"other-policy": other_model_url, "down": f"http://127.0.0.1:{free_port()}"},
-        **extra,
-    )
-    app = build_app(settings)
-    with serve_in_thread(app, timeout_s=120) as url:
+    with roles_gateway(request, other_model_url, [TTT, "math"]) as url:
         yield url
-    queue = app.state.worker.queue
-    if hasattr(queue, "clear"):
-        import asyncio
-
-        asyncio.run(queue.clear())
-
-
-def results(c: httpx.Client, job_id: str) -> list[dict]:
-    r = c.get(f"/v1/rollouts/{job_id}/results", params={"wait": "true"}, timeout=120)
-    assert r.status_code == 200, r.text
-    return [json.loads(line) for line in r.text.splitlines() if line.strip()]
 
 
 def test_a_self_play_job_yields_one_episode_record_per_sample_with_a_trajectory_per_role(gateway_url):
