@@ -16,7 +16,6 @@ import pytest
 
 from rollgate.cli import main
 from rollgate.trainer_adapters import recipes
-from rollgate.trainer_adapters.recipes.config import GRPOPhase, SFTPhase
 
 pytestmark = pytest.mark.real_model
 
