@@ -68,7 +68,9 @@ class InProcessRollgate:
         # with roles (docs/roles.md) the stack's agent set plays the episodes: the trained role is
         # this model, the others the policies `roles` gives them (models of `settings.role_models`)
         runner = self.stack.agents if roles is not None else self.agent
-        self.rollouts = AgentRollouts(runner, concurrency=concurrency, roles=roles, train_role=train_role)
+        self.rollouts = AgentRollouts(
+            runner, concurrency=concurrency, roles=roles, train_role=train_role, registry=self.stack.registry
+        )
 
     @property
     def weight_version(self) -> str | None:

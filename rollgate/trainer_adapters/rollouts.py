@@ -88,7 +88,8 @@ def trained_trajectory(episode: EpisodeRecord, train_role: str | None) -> Trajec
 class AgentRollouts:
     """The embedded shape: episodes run by an in-process Agent (rollgate.agent_server.agent).
     With `roles`, `agent` is the stack's AgentSet (it plays multi-role episodes) and each episode
-    gives `train_role`'s trajectory, as GatewayRollouts does."""
+    gives `train_role`'s trajectory, as GatewayRollouts does; `registry` (the stack's) says which
+    roles each environment declares."""
 
     def __init__(
         self,
@@ -98,9 +99,11 @@ class AgentRollouts:
         env: str | None = None,
         roles: dict[str, Any] | None = None,
         train_role: str | None = None,
+        registry: Any = None,
     ):
         self.agent = agent
         self.env = env
+        self.registry = registry  # the stack's environments: which roles each declares
         self._limit = asyncio.Semaphore(concurrency) if concurrency > 0 else None
         if roles is None and train_role is not None:
             raise BadRequest("train_role needs roles: every role's policy", component="trainer", field="roles")
@@ -120,7 +123,7 @@ class AgentRollouts:
         from rollgate.agent_server.roles import check_roles
         from rollgate.jobs.roles import declared_roles
 
-        declared = declared_roles(task.env)
+        declared = declared_roles(task.env, self.registry)
         if declared is None:
             return  # not installed here: the runner checks the roles
         if not declared:

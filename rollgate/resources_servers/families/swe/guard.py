@@ -12,8 +12,8 @@ It stops three tricks that reading pytest's printed report (`PASSED tests/...` l
   "passed", a Function.runtest that turns failures into xfail);
 - a pytest plugin registered from a module the model changed (a hook that rewrites reports);
 - test files rewritten on disk while the suite runs (checked after each module is collected), or
-  an import hook from outside the standard library and the runner that could rewrite them as
-  they load.
+  an import hook from outside the standard library, the runner and the project's unchanged files
+  that could rewrite them as they load.
 Outcomes are its own, per test: passed, failed, skipped, xfailed (a declared xfail marker),
 xfail_called (pytest.xfail called at run time, which project code can do) or xpassed.
 
@@ -52,12 +52,14 @@ def _load(name: str, default):
 _CHANGED = {os.path.realpath(os.path.join(_WORKDIR, p)) for p in _load("changed.json", [])}
 _PROTECTED: dict = _load("protected.json", {})
 _altered: set[str] = set()
-# import machinery may be added to only from the standard library and the runner (pytest's own
-# assertion-rewriting hook): a finder from anywhere else could hand pytest rewritten test modules
+# import machinery may be added to only from the standard library, the runner (pytest's own
+# assertion-rewriting hook) and files of the project the model did not change: a finder from
+# anywhere else could hand pytest rewritten test modules
 _TRUSTED_ROOTS = tuple(
     os.path.realpath(os.path.dirname(p)) + os.sep for p in (os.__file__, os.path.dirname(pytest.__file__))
 )
 _IMPORT_HOOKS_AT_START = {id(h) for h in (*sys.meta_path, *sys.path_hooks)}
+_PROJECT_ROOT = os.path.realpath(_WORKDIR) + os.sep
 _foreign_importers: set[str] = set()
 
 
@@ -71,8 +73,11 @@ def _check_importers() -> None:
         mod = sys.modules.get(name)
         origin = getattr(getattr(mod, "__spec__", None), "origin", None)
         where = os.path.realpath(getattr(mod, "__file__", None) or "/nonexistent")
-        if origin not in ("frozen", "built-in") and not where.startswith(_TRUSTED_ROOTS):
-            _foreign_importers.add(f"{name}.{getattr(owner, '__qualname__', '?')}")
+        if origin in ("frozen", "built-in") or where.startswith(_TRUSTED_ROOTS):
+            continue
+        if where.startswith(_PROJECT_ROOT) and where not in _CHANGED:
+            continue  # the project's own code as published (toolz's tlz package installs a loader)
+        _foreign_importers.add(f"{name}.{getattr(owner, '__qualname__', '?')}")
 
 
 def _check_files() -> None:
