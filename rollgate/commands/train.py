@@ -180,8 +180,15 @@ def add_comparisons(out: Path, metrics: dict) -> dict:
         if reports.get(a) and reports.get(b):
             result = compare(out / reports[a], out / reports[b])
             overall = result["overall"] or {}
-            found.append({"name": name, "a": reports[a], "b": reports[b], "tasks": overall.get("tasks", 0)})
-            found[-1]["mean_reward"] = overall.get("mean_reward")
+            found.append(
+                {
+                    "name": name,
+                    "a": reports[a],
+                    "b": reports[b],
+                    "tasks": overall.get("tasks", 0),
+                    "mean_reward": overall.get("mean_reward"),
+                }
+            )
     metrics = {**metrics, "comparisons": found}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
     return metrics

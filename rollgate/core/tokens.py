@@ -135,3 +135,14 @@ def trainable_sequence(
     if traj.segmented:
         raise SegmentedError(traj)
     return flatten(traj.turns).truncated(max_completion_tokens)
+
+
+def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest token prefix all sequences share."""
+    first = seqs[0]
+    n = min(len(s) for s in seqs)
+    for i in range(n):
+        t = first[i]
+        if any(s[i] != t for s in seqs):
+            return i
+    return n

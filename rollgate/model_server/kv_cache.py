@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rollgate.core.tokens import common_prefix
+
 LayerKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), each [heads, tokens, head_dim]
 
 
@@ -58,14 +60,6 @@ def block_hashes(ids: Sequence[int], block: int) -> list[int]:
     return out
 
 
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 def shared_prefixes(prompts: Sequence[Sequence[int]], min_len: int) -> list[list[int]]:
     """The longest prefix each group of `prompts` shares, for groups of two or more prompts whose
     shared prefix is at least `min_len` tokens (found by sorting: neighbours share the most), each
@@ -74,7 +68,7 @@ def shared_prefixes(prompts: Sequence[Sequence[int]], min_len: int) -> list[list
     out: list[list[int]] = []
     group, shared = [order[0]] if order else [], 0
     for a, b in zip(order, order[1:], strict=False):
-        n = _common(prompts[a], prompts[b])
+        n = common_prefix((prompts[a], prompts[b]))
         if n >= min_len:
             shared = min(shared, n) if len(group) > 1 else n
             group.append(b)

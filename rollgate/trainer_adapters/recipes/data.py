@@ -156,17 +156,28 @@ def template_tools(env: str) -> list[dict[str, Any]]:
 
 
 def tokenize_messages(
-    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, builder: Any = None
 ) -> tuple[list[int], list[int]]:
     """(token ids, loss mask) of a conversation, rendered by the model server's own prompt builder
     (a template without tool support gets the tools, calls and results written into its turns,
     as when it is served) and tokenized piece by piece as it is served: each stretch of context up
     to an assistant turn's opener on its own, each assistant turn (through its end-of-turn token)
-    on its own. The mask is 1 on assistant tokens only."""
+    on its own. The mask is 1 on assistant tokens only. `builder`: a PromptBuilder of `tokenizer`
+    to reuse (making one probes the chat template)."""
     from rollgate.model_server.chat import PromptBuilder
 
-    text = PromptBuilder(tokenizer).render(messages, tools, False)
+    text = (builder or PromptBuilder(tokenizer)).render(messages, tools, False)
     return split_assistant_turns(tokenizer, text, tail=False)
+
+
+def tokenize_records(
+    tokenizer: Any, records: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> list[tuple[list[int], list[int]]]:
+    """tokenize_messages of every SFT record, with one prompt builder."""
+    from rollgate.model_server.chat import PromptBuilder
+
+    builder = PromptBuilder(tokenizer)
+    return [tokenize_messages(tokenizer, r["messages"], tools, builder=builder) for r in records]
 
 
 def sft_records(path: Path) -> list[dict[str, Any]]:

@@ -59,7 +59,7 @@ def build_sft_model(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rollgate.trainer_adapters.recipes.data import collect_gold, sft_records, template_tools, tokenize_messages
+    from rollgate.trainer_adapters.recipes.data import collect_gold, sft_records, template_tools, tokenize_records
     from rollgate.trainer_adapters.recipes.policy import build_policy
     from rollgate.trainer_adapters.recipes.sft_phase import train_sft
 
@@ -79,7 +79,7 @@ def build_sft_model(
         records = sft_records(sft_file)
         init = build_policy(cfg, work / "init", records, tools)
         model, tok = AutoModelForCausalLM.from_pretrained(init), AutoTokenizer.from_pretrained(init)
-        examples = [tokenize_messages(tok, r["messages"], tools) for r in records]
+        examples = tokenize_records(tok, records, tools)
         total = max(1, int(len(examples) // cfg.sft.batch_size * cfg.sft.epochs + 0.999999))
         say(f"{cfg.name}: supervised fine-tuning, {total} steps of {cfg.sft.batch_size} demonstrations")
         # A line every PROGRESS_EVERY_S seconds, not every fifth of the run: on a loaded machine a

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from rollgate.core.hf_compat import cache_kwarg, output_cache
-from rollgate.trainer_adapters.recipes.sft_phase import common_prefix
+from rollgate.core.tokens import common_prefix
 
 
 def shared_prefix_logps(

@@ -28,7 +28,7 @@ from rollgate.trainer_adapters.recipes.data import (
     read_rows,
     sft_records,
     template_tools,
-    tokenize_messages,
+    tokenize_records,
     write_rows,
 )
 
@@ -267,7 +267,7 @@ class RecipeRun:
 
         model, tok = _load(self.layout.checkpoint("init"))
         tools = template_tools(self.cfg.env)
-        examples = [tokenize_messages(tok, r["messages"], tools) for r in sft_records(self.layout.data / "sft.jsonl")]
+        examples = tokenize_records(tok, sft_records(self.layout.data / "sft.jsonl"), tools)
         every = self.cfg.sft.eval_every
 
         def on_step(step: int, loss: float) -> None:

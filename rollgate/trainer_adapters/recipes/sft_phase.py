@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollgate.core.hf_compat import cache_kwarg, output_cache
+from rollgate.core.tokens import common_prefix
 from rollgate.trainer_adapters.recipes.config import SFTPhase
 from rollgate.trainer_adapters.recipes.trainable import restrict_trainable
 
@@ -32,17 +33,6 @@ class SFTResult:
     final_loss: float
     seconds: float
     tokens: int
-
-
-def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
-    """Length of the longest token prefix all sequences share."""
-    first = seqs[0]
-    n = min(len(s) for s in seqs)
-    for i in range(n):
-        t = first[i]
-        if any(s[i] != t for s in seqs):
-            return i
-    return n
 
 
 def batch_loss(model: Any, batch: Sequence[tuple[list[int], list[int]]], pad_id: int) -> tuple[Any, int]:
