@@ -195,6 +195,11 @@ def profile_services(model: ServiceSpec) -> dict[str, Any]:
             "8000",
             "--max-logprobs",
             "20",
+            # llguidance enforces structured output (the local backend's `guide_backend: llguidance`):
+            # vLLM's default `auto` tries xgrammar first, which compiles `allOf`, `not`, `uniqueItems`
+            # and `if` but does not enforce them (docs/model_server.md)
+            "--structured-outputs-config.backend",
+            "${VLLM_STRUCTURED_OUTPUTS_BACKEND:-guidance}",
         ],
         "environment": {"HF_HUB_OFFLINE": "1", "NVIDIA_VISIBLE_DEVICES": "${NVIDIA_VISIBLE_DEVICES:-all}"},
         "volumes": ["${VLLM_MODEL_DIR:-./models}:/models:ro"],

@@ -111,6 +111,9 @@ def test_gpu_profile_puts_our_model_server_in_front_of_vllm():
     vllm, front = services["vllm"], services["model-vllm"]
     assert vllm["profiles"] == ["gpu"] and front["profiles"] == ["gpu"]
     assert vllm["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    # vLLM enforces schemas with llguidance, as the local backend's guide_backend llguidance does
+    flag = vllm["command"].index("--structured-outputs-config.backend")
+    assert vllm["command"][flag + 1] == "guidance"
     assert front["command"] == _topology()["model"].command()
     assert front["environment"]["ROLLGATE_MODEL__BACKEND"] == "vllm"
     assert front["depends_on"]["vllm"]["condition"] == "service_healthy"

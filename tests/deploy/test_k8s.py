@@ -260,6 +260,7 @@ def test_gpu_overlay_requests_a_gpu_for_vllm_and_points_the_model_server_at_it()
     deps = by_kind(docs, "Deployment")
     vllm = deps["vllm"]["spec"]["template"]["spec"]["containers"][0]
     assert vllm["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert vllm["args"][vllm["args"].index("--structured-outputs-config.backend") + 1] == "guidance"
     model = deps["model"]["spec"]["template"]["spec"]["containers"][0]
     env = _effective_env(docs, model)
     assert env["ROLLGATE_MODEL__BACKEND"] == "vllm"

@@ -6,7 +6,11 @@ seeded shuffle, then the kinds interleaved, so the first tasks mix the kinds). V
 them in that order: one run of the whole suite per candidate, in a sandbox holding the pristine
 tree with the one mutated file swapped in. A candidate is kept when 1..MAX_TARGETS tests fail,
 each of them passed on the pristine tree and no test went missing (a collection error rejects
-it); its failing tests are its targets. Results are cached per project version under
+it); its failing tests are its targets, once each has failed again in CONFIRM_RUNS runs of the
+targets alone (a test that passes once on the buggy tree, by the clock or by chance, would pay a
+policy that changes nothing: it is dropped, and a candidate left with none is rejected). The
+pristine suite runs BASELINE_RUNS times: only a test that passes in every run is in the baseline,
+so a flaky test is neither a target nor a regression. Results are cached per project version under
 <home>/swe/pools, extended on demand and written after each batch, so "the first k validated
 tasks" is the same list on every machine and is computed once.
 """
@@ -38,8 +42,10 @@ from rollgate.sandbox import SandboxProvider
 
 log = logging.getLogger("rollgate.envs.swe")
 
-POOL_VERSION = 1  # bumped when the engine or the acceptance rule changes: older caches are rebuilt
+POOL_VERSION = 2  # bumped when the engine or the acceptance rule changes: older caches are rebuilt
 MAX_TARGETS = 8
+BASELINE_RUNS = 3  # runs of the pristine suite; the baseline is what passes in all of them
+CONFIRM_RUNS = 3  # further runs of a candidate's targets alone, each of which they must fail
 MAX_SCAN = 400  # candidates validated at most per project version, however few were kept
 
 
@@ -71,6 +77,16 @@ def judge(baseline: set[str], run: SuiteRun) -> list[str] | None:
     if not baseline <= set(run.outcomes):
         return None  # tests gone missing (a collection error)
     return sorted(failed)
+
+
+def steady(runs: list[SuiteRun]) -> set[str]:
+    """The tests that passed in every one of several runs of the same tree."""
+    return set.intersection(*(r.passed for r in runs)) if runs else set()
+
+
+def confirmed(targets: list[str], reruns: list[SuiteRun]) -> list[str]:
+    """The targets that failed in every rerun (a target that passed once, or did not run, is flaky)."""
+    return [t for t in targets if all(r.outcomes.get(t) in ("FAILED", "ERROR") for r in reruns)]
 
 
 def pool_path(project: Project, home: str) -> Path:
@@ -138,10 +154,12 @@ class PoolBuilder:
             await asyncio.gather(*(self._write(b, files) for b in boxes))
             baseline = state.get("baseline")
             if baseline is None:
-                run = await self._run(boxes[0], project, runner)
-                if not run.passed:
+                runs = [await self._run(boxes[0], project, runner) for _ in range(BASELINE_RUNS)]
+                if not steady(runs):
                     raise SourceError("baseline", f"{project.requirement}: no test passes on the pristine tree")
-                baseline, state["baseline_s"] = sorted(run.passed), run.result.duration_s if run.result else 0.0
+                baseline = sorted(steady(runs))
+                state["flaky"] = sorted(set.union(*(r.passed for r in runs)) - steady(runs))
+                state["baseline_s"] = max(r.result.duration_s if r.result else 0.0 for r in runs)
             base = set(baseline)
             # a mutation that loops forever is rejected after a few times the pristine suite's time
             limit = min(self.timeout_s, 5 * float(state.get("baseline_s", 10.0)) + 10)
@@ -166,6 +184,7 @@ class PoolBuilder:
                         "project": project.requirement,
                         "baseline": baseline,
                         "baseline_s": state.get("baseline_s"),
+                        "flaky": state.get("flaky", []),
                         "scanned": scanned,
                         "kept": [t.model_dump() for t in kept],
                     },
@@ -181,10 +200,17 @@ class PoolBuilder:
         for path, data in files.items():
             await box.write_file(path, data)
 
-    async def _run(self, box, project: Project, runner: str, timeout_s: float | None = None) -> SuiteRun:
+    async def _run(
+        self, box, project: Project, runner: str, timeout_s: float | None = None, selectors: list[str] | None = None
+    ) -> SuiteRun:
         python = getattr(self.provider, "python", "python3")
         return await run_pytest(
-            box, python=python, runner=runner, python_path=project.python_path, timeout_s=timeout_s or self.timeout_s
+            box,
+            python=python,
+            runner=runner,
+            python_path=project.python_path,
+            selectors=selectors or (),
+            timeout_s=timeout_s or self.timeout_s,
         )
 
     async def _try(
@@ -194,13 +220,17 @@ class PoolBuilder:
         await box.write_file(m.path, apply(original.decode("utf-8"), m))
         try:
             run = await self._run(box, project, runner, limit)
+            targets = judge(base, run)
+            if targets is None:
+                return None
+            reruns = [await self._run(box, project, runner, limit, targets) for _ in range(CONFIRM_RUNS)]
         except Exception as exc:  # a hang or a crash caused by the mutation: not a usable task
             log.debug("candidate %s rejected: %s", m.id, exc)
             return None
         finally:
             await box.write_file(m.path, original)
-        targets = judge(base, run)
-        if targets is None:
+        targets = confirmed(targets, reruns)
+        if not targets:
             return None
         try:
             visible(project, files, targets)  # a target the model's copy could not hide is no task
