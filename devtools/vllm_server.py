@@ -27,7 +27,8 @@ def vllm_server(
 ) -> ServerProcess:
     """vLLM serving `model_dir` in float32 with 1 GiB of KV cache (VLLM_CPU_KVCACHE_SPACE), eager
     (no graph capture: a faster start on CPU), reporting temperature-scaled log-probs
-    (`processed_logprobs`, what the sampler drew from, as the local backend reports them)."""
+    (`processed_logprobs`, what the sampler drew from, as the local backend reports them), and
+    enforcing structured output with llguidance, as the generated deployment does."""
     args = [
         python,
         "-m",
@@ -47,6 +48,8 @@ def vllm_server(
         str(max_model_len),
         "--logprobs-mode",
         "processed_logprobs",
+        "--structured-outputs-config.backend",
+        "guidance",
     ]
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
     return ServerProcess(args, port, name="vllm", env=env, log_path=log_path, health_path="/health")
