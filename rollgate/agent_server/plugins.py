@@ -35,6 +35,7 @@ from pydantic import ValidationError
 
 from rollgate.agent_server.agent import AGENT_NAME, Agent, RunContext
 from rollgate.agent_server.captures import CaptureSource
+from rollgate.agent_server.role_harness import RoleHarness
 from rollgate.agent_server.roles import RolesRunner
 from rollgate.core.errors import BadRequest, validation_summary
 from rollgate.core.metrics import Metrics
@@ -181,6 +182,11 @@ class AgentRegistry:
     def names(self, *, available_only: bool = True) -> list[str]:
         return sorted(n for n, s in self.specs.items() if s.available or not available_only)
 
+    def role_agents(self) -> list[str]:
+        """The agents besides the shipped loop that can play a role of a multi-role episode: those
+        built from a factory marked `plays_roles` (the harness kinds), available as configured."""
+        return sorted(n for n, s in self.specs.items() if s.available and getattr(s.factory, "plays_roles", False))
+
     def get(self, name: str) -> AgentSpec:
         spec = self.specs.get(name)
         if spec is None:
@@ -204,6 +210,22 @@ class AgentRegistry:
 
 def unknown_agent(name: str, known: Sequence[str]) -> str:
     return f"agent: unknown agent {name!r}; known: {', '.join(known) or 'none'} (GET /v1/agents lists them)"
+
+
+class _RolePlayers:
+    """What the roles loop may seat beside itself (rollgate.agent_server.role_harness.RolePlayers)."""
+
+    def __init__(self, agents: AgentSet):
+        self.agents = agents
+
+    def names(self) -> list[str]:
+        return self.agents.registry.role_agents()
+
+    def get(self, name: str) -> RoleHarness:
+        agent = self.agents.get(name)
+        if not callable(getattr(agent, "role_seat", None)):
+            raise BadRequest(f"agent: {name!r} cannot play a role", component="agent", field="agent")
+        return agent  # type: ignore[return-value]
 
 
 class AgentSet:
@@ -257,7 +279,7 @@ class AgentSet:
             if self._roles is None:
                 base = self.get(DEFAULT_AGENT)
                 assert isinstance(base, Agent)
-                self._roles = RolesRunner(base, self.models)
+                self._roles = RolesRunner(base, self.models, _RolePlayers(self))
             policies = {r: RolePolicy.model_validate(p) for r, p in ctx.roles.items()}
             return await self._roles.run(task, dataclasses.replace(ctx, roles=None), policies)
         agent = self.get(ctx.agent)

@@ -8,6 +8,10 @@ role keeps its own Episode (history, token turns, budgets), so each role's promp
 own previous token ids, exactly as in the single-role loop (rollgate.agent_server.agent), whose
 model call this reuses. An infrastructure failure of any role ends the episode for every role
 with the same typed error (naming the role): never a win or a loss.
+
+A role may instead be played by a harness agent (a process of its own moving over MCP in step
+mode): on its turns the loop only watches it (rollgate.agent_server.role_harness), and at the end
+takes its capture record as that role's turns.
 """
 
 from __future__ import annotations
@@ -15,13 +19,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from rollgate.agent_server import items as it
 from rollgate.agent_server.agent import AGENT_NAME, Agent, RunContext, _within
 from rollgate.agent_server.episode import Episode, EpisodeFailure, Phase, failure
+from rollgate.agent_server.role_harness import HarnessPlayer, RoleHarness, RolePlayers, finish_all, harness_turn, take
+from rollgate.agent_server.role_policy import check_role_policy, check_roles
 from rollgate.core.errors import BadRequest, NotFound
 from rollgate.core.items import Item, output_text
 from rollgate.core.logging import log_context
@@ -63,66 +69,36 @@ class Seat:
     request: dict[str, Any]
     sampling: dict[str, Any]
     verdict: VerifyResult | None = None
-
-
-def check_role_policy(
-    role: str, policy: RolePolicy, known_models: Iterable[str], *, component: str = COMPONENT
-) -> None:
-    """A role's model is one of `known_models` (none: the job's own) and its agent the shipped loop:
-    else a 400 naming `roles.<role>.<field>` and what is accepted."""
-    check_policy(f"roles.{role}", policy, known_models, component=component)
-
-
-def check_policy(
-    where: str, policy: RolePolicy, known_models: Iterable[str], *, component: str = COMPONENT, hint: str = ""
-) -> None:
-    """A policy's model is one of `known_models` (none: the default) and its agent the shipped loop:
-    else a 400 naming `<where>.<field>` and what is accepted (`hint` follows the known models)."""
-    known = set(known_models)
-    if policy.model is not None and policy.model not in known:
-        raise BadRequest(
-            f"{where}.model: unknown model {policy.model!r}; known: {', '.join(sorted(known))}{hint}",
-            component=component,
-            field=f"{where}.model",
-        )
-    if policy.agent not in (None, AGENT_NAME):
-        raise BadRequest(
-            f"{where}.agent: {policy.agent!r} cannot play a role; accepted: {AGENT_NAME}",
-            component=component,
-            field=f"{where}.agent",
-        )
-
-
-def check_roles(declared: list[str], policies: Mapping[str, Any], *, env: str, component: str = COMPONENT) -> None:
-    """Every declared role mapped, no other: a 400 naming the role and what is accepted."""
-    for role in policies:
-        if role not in declared:
-            raise BadRequest(
-                f"roles.{role}: {env} has no role {role!r}; roles: {', '.join(declared)}",
-                component=component,
-                field=f"roles.{role}",
-            )
-    missing = [r for r in declared if r not in policies]
-    if missing:
-        raise BadRequest(
-            f"roles.{missing[0]}: role {missing[0]!r} of {env} has no policy; map every role: {', '.join(declared)}",
-            component=component,
-            field=f"roles.{missing[0]}",
-        )
+    player: HarnessPlayer | None = None  # a harness plays this role (rollgate.agent_server.role_harness)
+    harness_metrics: dict[str, Any] | None = None
+    segmented: bool = False
 
 
 class RolesRunner:
     """Runs multi-role episodes with the models a worker can reach (`models`: name -> client)."""
 
-    def __init__(self, base: Agent, models: Mapping[str, ModelClient]):
+    def __init__(self, base: Agent, models: Mapping[str, ModelClient], players: RolePlayers | None = None):
         self.base = base
         self.models = {base.model_name: base.model, **models}
+        self.players = players  # the harness agents that can play a role (none: the loop only)
 
     def seat_agent(self, role: str, policy: RolePolicy) -> Agent:
-        check_role_policy(role, policy, self.models)
+        check_role_policy(role, policy, self.models, agents=self.players.names() if self.players else ())
         name = policy.model or self.base.model_name
         b = self.base
         return Agent(self.models[name], b.envs, b.settings, model_name=name, metrics=b.metrics)
+
+    def seat_harness(self, role: str, policy: RolePolicy, ctx: RunContext) -> RoleHarness | None:
+        if policy.agent in (None, AGENT_NAME) or self.players is None:
+            return None
+        try:
+            harness = self.players.get(policy.agent)
+        except BadRequest as exc:  # e.g. a stack without HTTP endpoints cannot run a harness
+            raise BadRequest(
+                f"roles.{role}.agent: {exc.message}", component=COMPONENT, field=f"roles.{role}.agent"
+            ) from None
+        harness.check_role(f"roles.{role}", policy, ctx.sampling)
+        return harness
 
     async def run(self, task: Task, ctx: RunContext, policies: Mapping[str, RolePolicy]) -> EpisodeRecord:
         if task.env not in self.base.envs:
@@ -133,6 +109,7 @@ class RolesRunner:
             )
         env = self.base.envs[task.env]
         agents = {role: self.seat_agent(role, p) for role, p in policies.items()}
+        harnesses = {role: h for role, p in policies.items() if (h := self.seat_harness(role, p, ctx)) is not None}
         episode_id = new_id("ep")
         started = time.monotonic()
         deadline = ctx.deadline or started + self.base.settings.episode_timeout_s
@@ -144,10 +121,11 @@ class RolesRunner:
         m.in_flight.labels(task.env).inc()
         with log_context(job_id=ctx.job_id, task_id=task.task_id, env=task.env, episode_id=episode_id):
             try:
-                outcome = await self._guarded(task, ctx, env, policies, agents, seats, session, deadline)
+                outcome = await self._guarded(task, ctx, env, policies, (agents, harnesses), seats, session, deadline)
             except EpisodeFailure as f:
                 outcome, error = f.outcome, f.error
             finally:
+                await self._release(seats)
                 if session:
                     with contextlib.suppress(Exception):
                         await asyncio.shield(env.close(session[0], timeout_s=5.0))
@@ -156,7 +134,7 @@ class RolesRunner:
         total = time.monotonic() - started
         group = ctx.group_id or group_id(task.task_id, job_id=ctx.job_id, row_index=task.row_index)
         if not seats:  # failed before the seats were set: every role still gets its record
-            seats = {r: self._empty_seat(r, p, agents[r], task, ctx) for r, p in policies.items()}
+            seats = {r: self._empty_seat(r, p, agents[r], task, ctx, r in harnesses) for r, p in policies.items()}
         trajectories = [
             self._trajectory(s, task, ctx, group, episode_id, outcome, error, total) for s in seats.values()
         ]
@@ -197,8 +175,9 @@ class RolesRunner:
         info = ErrorInfo(kind=ErrorKind.timeout, component=COMPONENT, message="episode exceeded its deadline")
         raise EpisodeFailure(Outcome.timeout, info)
 
-    async def _episode(self, task, ctx, env: EnvClient, policies, agents, seats, session, deadline) -> Outcome:
+    async def _episode(self, task, ctx, env: EnvClient, policies, parts, seats, session, deadline) -> Outcome:
         s = self.base.settings
+        agents, harnesses = parts
         try:
             try:
                 declared = await env.roles()
@@ -222,10 +201,27 @@ class RolesRunner:
             names = declared["roles"][role]
             tools = [t for t in all_tools if t.get("name") in names]
             seats[role] = self._seat(role, policy, agents[role], task, ctx, tools, names, seeded.session_id)
+            if role in harnesses:
+                seats[role].sampling = {}  # a harness chooses its own
+                seats[role].player = harnesses[role].role_seat(
+                    role, task, policy, session_id=seeded.session_id, tools=tools, ctx=ctx, deadline=deadline
+                )
         turn = seeded.turn
         outcome = Outcome.completed
         while turn is not None:
             seat = seats[turn]
+            if seat.player is not None:
+                try:
+                    turn, stopped = await harness_turn(
+                        seat.player, seat.ep, env, seeded.session_id, seat.role, _within(s.tool_timeout_s, deadline)
+                    )
+                except EpisodeFailure as f:
+                    f.error.message = f"role {seat.role}: {f.error.message}"
+                    raise
+                if stopped:  # it exited while it was its turn, or ran out of budget
+                    outcome = Outcome.truncated
+                    break
+                continue
             if seat.ep.counters.turns >= s.max_turns or seat.ep.counters.output_tokens >= s.max_output_tokens:
                 outcome = Outcome.truncated  # one role's budget ran out: the game stops unfinished
                 break
@@ -237,7 +233,10 @@ class RolesRunner:
             if over:
                 outcome = Outcome.truncated
                 break
+        await self._release(seats, strict=True)  # every harness stopped; a crash fails the episode
         for seat in seats.values():  # each role reads how it ended, then gets its own verdict
+            if seat.player is not None and seat.player.started:
+                continue  # its MCP calls showed it every move
             with contextlib.suppress(Exception):
                 view = await env.observe(seeded.session_id, seat.role, timeout_s=s.tool_timeout_s)
                 if view.observation:
@@ -299,6 +298,20 @@ class RolesRunner:
         seat.ep.add_input(results)
         return turn, False
 
+    async def _release(self, seats: dict[str, Seat], *, strict: bool = False) -> None:
+        """Stop every harness seat and take its record into its role's episode."""
+        players = {role: seat.player for role, seat in seats.items() if seat.player is not None}
+        if not players:
+            return
+        # strict (the game ended): a crash raises before the records are taken; the way out
+        # (RolesRunner.run's finally) takes them then, without raising again
+        records = await finish_all(players, strict=strict)
+        for role, record in records.items():
+            seat = seats[role]
+            if seat.harness_metrics is None:
+                take(seat.ep, record)
+                seat.harness_metrics, seat.segmented = record.metrics, record.segmented
+
     async def _verify(
         self, env: EnvClient, seats: dict[str, Seat], sid: str, session: list[str], *, zero_sum: bool
     ) -> None:
@@ -345,8 +358,8 @@ class RolesRunner:
         ep.add_input(it.input_items(task.row.responses_create_params["input"]))
         return Seat(role, policy, agent, ep, list(names), request, agent._sampling(task, role_ctx))
 
-    def _empty_seat(self, role: str, policy: RolePolicy, agent: Agent, task: Task, ctx: RunContext) -> Seat:
-        sampling = {**ctx.sampling, **policy.sampling.model_dump(exclude_none=True)}
+    def _empty_seat(self, role, policy: RolePolicy, agent: Agent, task: Task, ctx: RunContext, harness: bool) -> Seat:
+        sampling = {} if harness else {**ctx.sampling, **policy.sampling.model_dump(exclude_none=True)}
         return Seat(role, policy, agent, Episode(), [], {}, sampling)
 
     def _trajectory(self, seat: Seat, task, ctx, group, episode_id, outcome, error, total_s) -> Trajectory:
@@ -365,6 +378,7 @@ class RolesRunner:
             ),
             messages=seat.ep.messages,
             turns=seat.ep.turns,
+            segmented=seat.segmented,
             role=seat.role,
             episode_id=episode_id,
             outcome=outcome,
@@ -372,5 +386,8 @@ class RolesRunner:
             timings=seat.ep.timings,
             reward=verdict.reward if verdict else None,
             reward_components=verdict.reward_components if verdict else None,
-            metrics={**seat.ep.counters.as_metrics(), **(verdict.metrics if verdict else {})},
+            metrics={
+                **(seat.harness_metrics if seat.harness_metrics is not None else seat.ep.counters.as_metrics()),
+                **(verdict.metrics if verdict else {}),
+            },
         )

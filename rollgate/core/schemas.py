@@ -341,7 +341,11 @@ class RolePolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str | None = Field(None, max_length=256, description="a model the gateway serves (default: its own)")
     sampling: SamplingOverrides = Field(default_factory=SamplingOverrides)
-    agent: str | None = Field(None, max_length=64, description="the agent loop (only `rollgate` plays roles today)")
+    agent: str | None = Field(
+        None,
+        max_length=64,
+        description="who plays the role: `rollgate` (the loop, the default) or a harness agent (docs/roles.md)",
+    )
     policy_version: str | None = Field(None, max_length=256, description="recorded on this role's trajectories")
     instructions: str | None = Field(None, max_length=100_000, description="this role's system prompt")
     metadata: dict[str, str] | None = Field(None, description="sent with each of this role's model calls")

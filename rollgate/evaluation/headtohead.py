@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from rollgate.agent_server.roles import check_policy
+from rollgate.agent_server.role_policy import check_policy
 from rollgate.core.errors import BadRequest
 from rollgate.core.schemas import EpisodeRecord, RolePolicy
 from rollgate.core.stats import CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, paired_bootstrap

@@ -82,6 +82,7 @@ def jobs_router(
             max_task_bytes=max_task_bytes,
             retry_errors=retry_errors,
             known_agents=agents.names() if agents is not None else None,
+            role_agents=agents.role_agents() if agents is not None else None,
             known_models=known_models,
             registry=registry,
         )

@@ -107,11 +107,13 @@ def plan_job(
     known_agents: list[str] | None = None,
     known_models: list[str] | None = None,
     registry: EnvRegistry | None = None,
+    role_agents: list[str] | None = None,
 ) -> tuple[JobSpec, list[TaskEnvelope]]:
     """Validate every row (the first bad one is a 400 naming its index and field) and expand
     the job into tasks: rows x repeats, the repeats of a row sharing one group. `known_agents`:
     the agents a job may name (None: not checked here). `registry`: the environments whose classes
-    the gateway knows (their roles and reward ranges are checked here; None: none)."""
+    the gateway knows (their roles and reward ranges are checked here; None: none). `role_agents`: the
+    agents besides the shipped loop that may play a role (the harness agents; None: none)."""
     if not req.tasks:
         raise BadRequest("tasks: at least one task row is required", component=COMPONENT, field="tasks")
     if req.agent is not None and known_agents is not None and req.agent not in known_agents:
@@ -133,7 +135,7 @@ def plan_job(
     retries = retry_errors if req.retry_errors is None else req.retry_errors
     job_id = f"job_{uuid.uuid4().hex}"
     sampling = req.sampling.model_dump(exclude_none=True)
-    roles = check_job_roles(req, known_models or [model_name])
+    roles = check_job_roles(req, known_models or [model_name], role_agents or [])
     tasks: list[TaskEnvelope] = []
     for i, raw in enumerate(req.tasks):
         if isinstance(raw, dict):

@@ -3,10 +3,11 @@ to a policy the workers can run, nothing else; a 400 naming the role and what is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rollgate.agent_server.agent import AGENT_NAME
-from rollgate.agent_server.roles import check_role_policy, check_roles
+from rollgate.agent_server.role_policy import check_role_policy, check_roles
 from rollgate.core.errors import BadRequest, NotFound
 
 if TYPE_CHECKING:
@@ -35,8 +36,9 @@ def declared_roles(env: str, registry: EnvRegistry | None) -> tuple[str, ...] | 
     return None if cls is None else tuple(getattr(cls, "roles", ()) or ())
 
 
-def check_job_roles(req: Any, known_models: list[str]) -> dict[str, Any] | None:
-    """The job's roles as they ride on each task, after the checks that need no environment."""
+def check_job_roles(req: Any, known_models: list[str], role_agents: Sequence[str] = ()) -> dict[str, Any] | None:
+    """The job's roles as they ride on each task, after the checks that need no environment.
+    `role_agents`: the agents besides the shipped loop that may play a role (the harness agents)."""
     if not req.roles:
         return None
     if req.purpose == "eval":
@@ -55,7 +57,15 @@ def check_job_roles(req: Any, known_models: list[str]) -> dict[str, Any] | None:
             field="agent",
         )
     for role, policy in req.roles.items():
-        check_role_policy(role, policy, known_models, component=COMPONENT)
+        check_role_policy(role, policy, known_models, agents=role_agents, component=COMPONENT)
+        overrides = {**req.sampling.model_dump(exclude_none=True), **policy.sampling.model_dump(exclude_none=True)}
+        if policy.agent not in (None, AGENT_NAME) and overrides:
+            raise BadRequest(
+                f"roles.{role}.sampling: {policy.agent!r} is a harness, which chooses its own sampling; the overrides "
+                f"({', '.join(sorted(overrides))}, the job's or the role's) cannot reach its model calls",
+                component=COMPONENT,
+                field=f"roles.{role}.sampling",
+            )
     return {role: policy.model_dump(exclude_none=True) for role, policy in req.roles.items()}
 
 

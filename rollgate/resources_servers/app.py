@@ -124,7 +124,12 @@ def env_router(runtime: EnvRuntime, r: APIRouter | None = None) -> APIRouter:
         async def observe(session_id: str, request: Request) -> Response:
             body = parse_json(await request.body() or b"{}", component=h.comp)
             role = body.get("role") if isinstance(body, dict) else None
-            return _json(await runtime.observe(session_id, role))
+            peek = body.get("peek", False) if isinstance(body, dict) else False
+            if not isinstance(peek, bool):
+                raise BadRequest(
+                    "peek: a boolean (true: whose turn only, nothing marked seen)", component=h.comp, field="peek"
+                )
+            return _json(await runtime.observe(session_id, role, peek=peek))
 
     @r.delete("/sessions/{session_id}", status_code=204, summary="Close a session", tags=tags, **api_docs.DELETE_DOCS)
     async def delete(session_id: str) -> Response:

@@ -318,9 +318,10 @@ class EnvRuntime:
             result = result.model_copy(update={"closed": True})
         return result
 
-    async def observe(self, session_id: str, role: str | None) -> RoleView:
-        """What `role` of a multi-role session sees now, and whose turn it is."""
-        return await roles.observe(self, session_id, role)
+    async def observe(self, session_id: str, role: str | None, *, peek: bool = False) -> RoleView:
+        """What `role` of a multi-role session sees now, and whose turn it is (`peek`: the turn
+        only, nothing marked as seen)."""
+        return await roles.observe(self, session_id, role, peek=peek)
 
     def role_tools(self) -> dict[str, list[str]]:
         """A multi-role environment: each role's tool names (GET /roles)."""

@@ -23,7 +23,9 @@ class EnvClient(Protocol):
     async def close(self, session_id: str, *, timeout_s: float | None = None) -> None: ...
     # a multi-role environment (docs/roles.md): each role's tools, and one role's view of a session
     async def roles(self) -> dict[str, Any]: ...
-    async def observe(self, session_id: str, role: str, *, timeout_s: float | None = None) -> RoleView: ...
+    async def observe(
+        self, session_id: str, role: str, *, timeout_s: float | None = None, peek: bool = False
+    ) -> RoleView: ...  # peek: whose turn only, nothing marked as seen
     async def aclose(self) -> None: ...  # the client's own connections, at shutdown
 
 
@@ -46,8 +48,8 @@ class LocalEnvClient:
     async def roles(self) -> dict[str, Any]:
         return {"roles": self.runtime.role_tools(), "zero_sum": self.runtime.env.zero_sum}
 
-    async def observe(self, session_id, role, *, timeout_s=None) -> RoleView:
-        return await self.runtime.observe(session_id, role)
+    async def observe(self, session_id, role, *, timeout_s=None, peek=False) -> RoleView:
+        return await self.runtime.observe(session_id, role, peek=peek)
 
     async def verify(self, session_id, request, *, timeout_s=None) -> VerifyResult:
         return await self.runtime.verify(session_id, request)
@@ -95,8 +97,11 @@ class HttpEnvClient:
     async def roles(self) -> dict[str, Any]:
         return await self.http.request("GET", "/roles", idempotent=True)
 
-    async def observe(self, session_id, role, *, timeout_s=None) -> RoleView:
-        body = await self.http.request("POST", f"/sessions/{session_id}/observe", {"role": role}, timeout_s=timeout_s)
+    async def observe(self, session_id, role, *, timeout_s=None, peek=False) -> RoleView:
+        payload = {"role": role, "peek": True} if peek else {"role": role}
+        body = await self.http.request(
+            "POST", f"/sessions/{session_id}/observe", payload, timeout_s=timeout_s, idempotent=peek
+        )
         return RoleView.model_validate(body)
 
     async def verify(self, session_id, request, *, timeout_s=None) -> VerifyResult:

@@ -66,8 +66,8 @@ class ReplicatedEnvClient:
     async def roles(self) -> dict[str, Any]:
         return await self._each(lambda c: c.roles())
 
-    async def observe(self, session_id, role, *, timeout_s=None) -> RoleView:
-        return await self._each(lambda c: c.observe(session_id, role, timeout_s=timeout_s))
+    async def observe(self, session_id, role, *, timeout_s=None, peek=False) -> RoleView:
+        return await self._each(lambda c: c.observe(session_id, role, timeout_s=timeout_s, peek=peek))
 
     async def verify(self, session_id, request: VerifyRequest, *, timeout_s=None) -> VerifyResult:
         return await self._each(lambda c: c.verify(session_id, request, timeout_s=timeout_s))

@@ -5,7 +5,7 @@ out of turn, or to a tool of another role, is a tool error naming the role and w
 (the model reads it; the session is unchanged). A role that is not one of the environment's is
 a 400 naming the accepted roles: that is the caller's mistake, not the model's. Each role sees
 only what `Environment.observe` gives it (POST /sessions/{id}/observe, called by the agent,
-never a tool the model can call).
+never a tool the model can call); `peek` reads whose turn it is without marking anything seen.
 """
 
 from __future__ import annotations
@@ -57,7 +57,10 @@ def with_turn(env: Any, state: Any, out: ToolOutput) -> ToolOutput:
     return out.model_copy(update={"turn": turn, "done": turn is None})
 
 
-async def observe(runtime: Any, session_id: str, role: str | None) -> RoleView:
+async def observe(runtime: Any, session_id: str, role: str | None, *, peek: bool = False) -> RoleView:
+    """`role`'s view of the session; `peek`: whose turn it is only (no observation), read without
+    writing, so nothing is marked as seen (for whoever waits on a turn: the MCP step mode, a
+    harness seat's runner)."""
     env = runtime.env
     if not env.roles:
         raise BadRequest(
@@ -74,4 +77,8 @@ async def observe(runtime: Any, session_id: str, role: str | None) -> RoleView:
         turn = env.turn(state)
         return RoleView(role=role, observation=text or "", turn=turn, done=turn is None)
 
+    if peek:
+        state = env.State.model_validate((await runtime.store.get(session_id))["state"])
+        turn = env.turn(state)
+        return RoleView(role=role, turn=turn, done=turn is None)
     return await runtime.store.update(session_id, look)

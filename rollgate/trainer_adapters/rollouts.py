@@ -120,7 +120,7 @@ class AgentRollouts:
 
     def _check_env(self, task: Task, where: str) -> None:
         """Roles only on a multi-role environment, every role mapped (names the role)."""
-        from rollgate.agent_server.roles import check_roles
+        from rollgate.agent_server.role_policy import check_roles
         from rollgate.jobs.roles import declared_roles
 
         declared = declared_roles(task.env, self.registry)

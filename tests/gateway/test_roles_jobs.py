@@ -72,7 +72,12 @@ def test_bad_role_mappings_are_a_400_naming_the_role_and_what_is_accepted(gatewa
             "roles.player_1.model",
             "down, other-policy, rollgate-tiny",
         ),
-        ({"roles": {**good, "player_0": {"agent": "smolagents"}}}, "roles.player_0.agent", "rollgate"),
+        ({"roles": {**good, "player_0": {"agent": "nope"}}}, "roles.player_0.agent", "accepted: rollgate, mini_swe"),
+        (
+            {"roles": {**good, "player_0": {"agent": "smolagents", "sampling": {"seed": 1}}}},
+            "roles.player_0.sampling",
+            "seed",
+        ),
         ({"roles": {**good, "player_0": {"sampling": {"temprature": 1}}}}, "roles.player_0.sampling.temprature", ""),
         ({}, "roles", "player_0, player_1"),  # a multi-role environment without roles
         ({"roles": good, "purpose": "eval", "threshold": 0.5}, "threshold", "scored by play"),

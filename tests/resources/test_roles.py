@@ -82,6 +82,34 @@ def test_acting_out_of_turn_is_a_tool_error_naming_the_role_and_the_session_is_u
         assert act(c, sid, "player_0", "[4]")["turn"] == "player_1"  # the cell is still free: no move was made
 
 
+def test_a_peek_says_whose_turn_it_is_and_marks_nothing_seen(grade_url):
+    with httpx.Client(base_url=grade_url) as c:
+        row = {"responses_create_params": {"input": "go"}, "question": "2 + 3?", "answer": 5}
+        sid = c.post("/sessions", json=row).json()["session_id"]
+        peeked = c.post(f"/sessions/{sid}/observe", json={"role": "solver", "peek": True}).json()
+        assert peeked == {"role": "solver", "observation": "", "turn": "solver", "done": False}
+        assert "2 + 3?" in observe(c, sid, "solver")["observation"]  # still unseen after the peek
+        r = c.post(f"/sessions/{sid}/observe", json={"role": "solver", "peek": "yes"})
+        assert r.status_code == 400 and r.json()["error"]["field"] == "peek"
+
+
+async def test_both_env_clients_peek_without_marking_seen(grade_url):
+    from rollgate.core.schemas import TaskRow
+    from rollgate.resources_servers.client import HttpEnvClient, LocalEnvClient
+
+    row = TaskRow.model_validate({"responses_create_params": {"input": "go"}, "question": "2 + 3?", "answer": 5})
+    local = LocalEnvClient(EnvRuntime(SolveGradeEnv(), MemorySessionStore()))
+    remote = HttpEnvClient("solve_grade", grade_url)
+    try:
+        for client in (local, remote):
+            sid = (await client.seed(row)).session_id
+            peeked = await client.observe(sid, "solver", peek=True)
+            assert (peeked.turn, peeked.observation) == ("solver", "")
+            assert "2 + 3?" in (await client.observe(sid, "solver")).observation
+    finally:
+        await remote.aclose()
+
+
 def test_a_call_naming_no_role_or_an_unknown_one_is_a_400_listing_the_roles(ttt_url):
     with httpx.Client(base_url=ttt_url) as c:
         sid = c.post("/sessions", json={"responses_create_params": {"input": ""}, "seed": 3}).json()["session_id"]

@@ -40,3 +40,6 @@ def mini_swe_agent(parts: AgentParts, options: Mapping[str, Any]) -> HarnessAgen
 harness.options_model = HarnessConfig  # type: ignore[attr-defined]
 smolagents.options_model = SmolagentsConfig  # type: ignore[attr-defined]
 mini_swe_agent.options_model = MiniSweAgentConfig  # type: ignore[attr-defined]
+# Each can play one role of a multi-role episode (docs/roles.md): the gateway accepts them in roles.
+for _kind in (harness, smolagents, mini_swe_agent):
+    _kind.plays_roles = True  # type: ignore[attr-defined]

@@ -24,8 +24,9 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollgate.agent_server.agent import RunContext
 from rollgate.agent_server.captures import CaptureSource, usage_of
@@ -44,12 +45,16 @@ from rollgate.core.schemas import (
     ErrorKind,
     Outcome,
     PolicyRef,
+    RolePolicy,
     TaskRef,
     Timings,
     Trajectory,
     VerifyRequest,
     new_id,
 )
+
+if TYPE_CHECKING:
+    from rollgate.agent_server.harness.seat import HarnessSeat
 
 log = logging.getLogger("rollgate.agent.harness")
 
@@ -92,6 +97,32 @@ class HarnessAgent:
     @property
     def envs(self):
         return self.parts.envs
+
+    # --- a seat of a multi-role episode (docs/roles.md; rollgate.agent_server.role_harness) ------
+    def check_role(self, where: str, policy: RolePolicy, sampling: Mapping[str, Any]) -> None:
+        """What a harness cannot honour for a role it plays: a 400 naming `<where>.<field>`."""
+        overrides = sorted(
+            k for k, v in {**sampling, **policy.sampling.model_dump(exclude_none=True)}.items() if v is not None
+        )
+        if overrides:
+            raise BadRequest(
+                f"{where}.sampling: the harness {self.config.name!r} chooses its own sampling; the overrides "
+                f"({', '.join(overrides)}, the job's or the role's) cannot reach its model calls",
+                component="agent",
+                field=f"{where}.sampling",
+            )
+        if policy.model not in (None, self.parts.model_name):
+            raise BadRequest(
+                f"{where}.model: the harness {self.config.name!r} calls the served model "
+                f"({self.parts.model_name!r}) through its capture URL; {policy.model!r} cannot be captured for it",
+                component="agent",
+                field=f"{where}.model",
+            )
+
+    def role_seat(self, role: str, task: Task, policy: RolePolicy, **kw: Any) -> HarnessSeat:
+        from rollgate.agent_server.harness.seat import HarnessSeat
+
+        return HarnessSeat(self, role, task, policy, **kw)
 
     async def run(self, task: Task, ctx: RunContext | None = None) -> Trajectory:
         ctx = ctx or RunContext()
@@ -147,7 +178,7 @@ class HarnessAgent:
             timings=run.timings,
             reward=run.verdict.reward if run.verdict else None,
             reward_components=run.verdict.reward_components if run.verdict else None,
-            metrics={**self._metrics(run), **(run.verdict.metrics if run.verdict else {})},
+            metrics={**self.metrics_of(run), **(run.verdict.metrics if run.verdict else {})},
         )
 
     # --- the episode ------------------------------------------------------------------------
@@ -195,37 +226,58 @@ class HarnessAgent:
 
     async def _harness(self, view: EpisodeView, ctx: RunContext, run: _Run, deadline: float) -> None:
         """Run the harness to its end or its budget; then take the capture record, always."""
+        t = time.monotonic()
+        proc: HarnessProcess | None = None
+        try:
+            proc = await self.start_process(view)
+            run.stopped_by = await self.watch(proc, view.episode, ctx, deadline)
+            run.result = await proc.finish()
+        finally:
+            if proc is not None:
+                proc.abandon()  # cancelled or failed mid-way: nothing of it may outlive the episode
+            run.timings.model_s = time.monotonic() - t  # the harness's time: its model calls and tools
+            record, pop_error = await self.pop(view.episode)
+        if pop_error is not None:
+            raise failure(pop_error, Phase.model) from None
+        self.take(run, record)
+
+    async def start_process(self, view: EpisodeView) -> HarnessProcess:
+        """The harness started under its reaper; a program that cannot run is an env_error."""
         c = self.config
         argv, env = render(c, view)
         proc = HarnessProcess(
             argv, env=env, cwd=view.workdir, keep_bytes=c.keep_output_bytes, flood_bytes=c.flood_bytes
         )
-        t = time.monotonic()
-        record, pop_error = None, None
         try:
-            try:
-                await proc.start()
-            except OSError as exc:
-                what = "not found" if isinstance(exc, FileNotFoundError) else f"not runnable ({exc.strerror or exc})"
-                raise self._fail(ErrorKind.not_found, f"command {argv[0]!r} {what}") from None
-            log.info("harness %s started (reaper pid %d)", c.name, proc.pid)
-            run.stopped_by = await self._watch(proc, view.episode, ctx, deadline)
-            run.result = await proc.finish()
-        finally:
-            proc.abandon()  # cancelled or failed mid-way: nothing of it may outlive the episode
-            run.timings.model_s = time.monotonic() - t  # the harness's time: its model calls and tools
-            try:  # always taken, so the capture session never outlives the episode either
-                record = await asyncio.shield(self.captures.pop(view.episode))
-            except Exception as exc:  # noqa: BLE001
-                pop_error = exc
-        if pop_error is not None:
-            raise failure(pop_error, Phase.model) from None
+            await proc.start()
+        except OSError as exc:
+            what = "not found" if isinstance(exc, FileNotFoundError) else f"not runnable ({exc.strerror or exc})"
+            raise self._fail(ErrorKind.not_found, f"command {argv[0]!r} {what}") from None
+        log.info("harness %s started (reaper pid %d)", c.name, proc.pid)
+        return proc
+
+    async def pop(self, episode: str) -> tuple[dict[str, Any] | None, Exception | None]:
+        """Take the capture record (shielded: the capture session never outlives the episode)."""
+        try:
+            return await asyncio.shield(self.captures.pop(episode)), None
+        except Exception as exc:  # noqa: BLE001
+            return None, exc
+
+    def take(self, run: _Run, record: dict[str, Any] | None) -> None:
+        """The capture record as the run's turns, transcript and final answer."""
         run.assembled = assemble(record, max_calls=self.max_calls)
         run.messages.extend(run.assembled.output)
         run.final_text = self._answer(run)
 
-    async def _watch(self, proc: HarnessProcess, episode: str, ctx: RunContext, deadline: float) -> str | None:
-        """Until the harness exits (None) or something stops it (the reason)."""
+    async def watch(
+        self,
+        proc: HarnessProcess,
+        episode: str,
+        ctx: RunContext,
+        deadline: float,
+        until: Callable[[], Awaitable[bool]] | None = None,
+    ) -> str | None:
+        """Until the harness exits (None), `until` says so ("until"), or something stops it (the reason)."""
         events = [ctx.cancel] if ctx.cancel is not None else []
         while True:
             left = deadline - time.monotonic()
@@ -246,6 +298,8 @@ class HarnessAgent:
                     return "calls"
                 if usage.output_tokens > self.max_output_tokens:
                     return "tokens"
+            if until is not None and await until():
+                return "until"
             if proc.exited:
                 return None
 
@@ -262,8 +316,21 @@ class HarnessAgent:
 
     def _judge(self, run: _Run) -> None:
         """The outcome of a harness run that ended; raises EpisodeFailure for the failed ones."""
-        r, a, stop = run.result, run.assembled, run.stopped_by
-        assert r is not None
+        self.check_stop(run.stopped_by, run.result)
+        if run.stopped_by in ("calls", "tokens"):
+            run.outcome = Outcome.truncated
+            return
+        self.check_exit(run)
+        if run.assembled.calls == 0:
+            raise self._fail(
+                ErrorKind.protocol,
+                "exited without calling the model (does it use the base URL it is given?)",
+                run.result,
+            )
+        run.outcome = Outcome.completed
+
+    def check_stop(self, stop: str | None, result: ProcessResult | None = None) -> None:
+        """A cancel, the wall clock or a flood that stopped the harness, as the episode's failure."""
         if stop == "cancelled":
             raise EpisodeFailure(
                 Outcome.cancelled,
@@ -280,20 +347,17 @@ class HarnessAgent:
                 ),
             )
         if stop == "flood":
-            raise self._fail(ErrorKind.protocol, f"flooded its output (over {self.config.flood_bytes} bytes)", r)
-        if stop in ("calls", "tokens"):
-            run.outcome = Outcome.truncated
-            return
+            raise self._fail(ErrorKind.protocol, f"flooded its output (over {self.config.flood_bytes} bytes)", result)
+
+    def check_exit(self, run: _Run) -> None:
+        """A harness that exited with a code it may not exit with crashed: an env_error."""
+        r, a = run.result, run.assembled
+        assert r is not None
         if r.exit_code not in self.config.ok_exit_codes:
             how = f"exit code {r.exit_code}" if r.exit_code is not None else f"signal {r.signal}"
             if a.calls == 0:
                 raise self._fail(ErrorKind.upstream, f"exited at once ({how}, {r.duration_s:.2f}s, no model call)", r)
             raise self._fail(ErrorKind.upstream, f"crashed ({how}) after {a.calls} model calls", r)
-        if a.calls == 0:
-            raise self._fail(
-                ErrorKind.protocol, "exited without calling the model (does it use the base URL it is given?)", r
-            )
-        run.outcome = Outcome.completed
 
     def _fail(self, kind: ErrorKind, what: str, result: ProcessResult | None = None) -> EpisodeFailure:
         message = f"harness {self.config.name!r}: {what}"
@@ -302,7 +366,7 @@ class HarnessAgent:
             message += f"; stderr: {stderr}" if stderr else "; stderr was empty"
         return EpisodeFailure(Outcome.env_error, ErrorInfo(kind=kind, component=self.component, message=message))
 
-    def _metrics(self, run: _Run) -> dict[str, Any]:
+    def metrics_of(self, run: _Run) -> dict[str, Any]:
         a, r = run.assembled, run.result
         out: dict[str, Any] = {
             "harness": self.config.name,

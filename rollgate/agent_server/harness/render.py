@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rollgate.agent_server.harness.config import HarnessConfig
@@ -30,6 +30,8 @@ class EpisodeView:
     mcp_url: str
     tools: list[dict[str, Any]]
     workdir: str
+    role: str = ""  # the role it plays in a multi-role episode (docs/roles.md)
+    metadata: dict[str, str] = field(default_factory=dict)  # that role's policy metadata
 
     @property
     def base_url(self) -> str:
@@ -130,5 +132,7 @@ def render(config: HarnessConfig, view: EpisodeView) -> tuple[list[str], dict[st
             "ANTHROPIC_API_KEY": view.api_key,
         }
     )
+    if view.role:  # a seat of a multi-role episode: which role, and its policy's metadata to send along
+        env.update(ROLLGATE_ROLE=view.role, ROLLGATE_METADATA=json.dumps(view.metadata, ensure_ascii=False))
     env.update({k: v.format_map(vals) for k, v in config.env.items()})
     return argv, env

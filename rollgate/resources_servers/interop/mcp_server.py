@@ -19,6 +19,13 @@ role, or one the environment does not have, is a 400 naming the roles before any
 single-role environment too. Observations and verify stay on the native routes (`observe`,
 `verify` with the role): the model calls only tools.
 
+Step mode, `?role=<role>&wait=<seconds>` (a harness playing one role, docs/roles.md): a call
+waits until it is the role's turn (or the game is over), runs as the role, then, if the turn
+passed to another role, waits until it comes back or the game ends, and returns the tool's output
+followed by the role's fresh observation (`observe`: the other roles' moves), like env.step() in
+single-agent RL. Waiting polls the session record (whose turn only) every POLL_S; when `wait`
+runs out first the result says that it is still another role's turn. A bad `wait` is a 400.
+
 The transport runs stateless (a fresh MCP server transport per HTTP request, JSON answers, no
 MCP session id): the Rollgate session is the only state, kept in the session store, so any
 replica behind a gateway can answer any request. The `mcp` package is imported on the first
@@ -27,12 +34,15 @@ request, never at start-up; the native routes never pass through here.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
 from rollgate.core.app import error_response
-from rollgate.core.errors import BadRequest, RollgateError
+from rollgate.core.errors import BadRequest, NotFound, RollgateError
+from rollgate.core.schemas import ToolOutput
 from rollgate.resources_servers.base import EnvRuntime
 from rollgate.resources_servers.roles import tools_of
 
@@ -40,16 +50,41 @@ MCP_PATH = "/sessions/{session_id}/mcp"
 MCP_METHODS = ["GET", "POST", "DELETE"]
 
 MISSING_EXTRA = 'MCP needs the optional extra "interop": pip install "rollgate[interop]"'
+MAX_WAIT_S = 3600.0
+POLL_S = 0.05
+
+
+def _query(scope: Scope, name: str) -> str | None:
+    from urllib.parse import parse_qs
+
+    given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get(name)
+    return given[-1] if given else None
+
+
+def endpoint_wait(runtime: EnvRuntime, scope: Scope) -> float | None:
+    """The step mode's `?wait=` (seconds, 0 < wait <= MAX_WAIT_S), on a role's endpoint only."""
+    raw = _query(scope, "wait")
+    if raw is None:
+        return None
+    try:
+        wait = float(raw)
+    except ValueError:
+        wait = float("nan")
+    if not runtime.env.roles or not 0 < wait <= MAX_WAIT_S:  # nan fails the comparison too
+        why = "a role's endpoint only" if not runtime.env.roles else f"seconds, above 0 and at most {MAX_WAIT_S:g}"
+        raise BadRequest(
+            f"wait: {raw!r} is not a wait for the step mode ({why}), e.g. ?role=<role>&wait=60",
+            component=runtime.component,
+            field="wait",
+        )
+    return wait
 
 
 def endpoint_role(runtime: EnvRuntime, scope: Scope) -> str | None:
     """The role an endpoint serves (`?role=`): required on a multi-role environment, refused on a
     single-role one; a 400 naming the roles otherwise."""
-    from urllib.parse import parse_qs
-
     env = runtime.env
-    given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("role")
-    role = given[-1] if given else None
+    role = _query(scope, "role")
     if env.roles and role not in env.roles:
         what = "names no role" if role is None else f"names role {role!r}"
         raise BadRequest(
@@ -107,7 +142,11 @@ class MCPSessionEndpoint:
             request = server.request_context.request
             session_id = request.scope["path_params"]["session_id"]
             role = request.query_params.get("role") if runtime.env.roles else None
-            out = await runtime.call_tool(session_id, name, arguments, role)
+            wait = request.query_params.get("wait")
+            if wait is not None and role is not None:
+                out = await step(runtime, session_id, name, arguments, role, float(wait))
+            else:
+                out = await runtime.call_tool(session_id, name, arguments, role)
             meta = {"rollgate/turn": out.turn, "rollgate/done": out.done} if runtime.env.roles else None
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=out.output)], isError=out.is_error, _meta=meta
@@ -120,6 +159,7 @@ class MCPSessionEndpoint:
             # Bound to a seeded session: an unknown or expired one is a 404 before any MCP.
             await self.runtime.store.get(scope["path_params"]["session_id"])
             endpoint_role(self.runtime, scope)
+            endpoint_wait(self.runtime, scope)
             if self._server is None:
                 try:
                     self._server = self._build()
@@ -129,6 +169,42 @@ class MCPSessionEndpoint:
             await error_response(exc)(scope, receive, send)
             return
         await serve_stateless(self._server, scope, receive, send)
+
+
+async def _turn_back(runtime: EnvRuntime, session_id: str, role: str, deadline: float) -> str | None:
+    """Whose turn it is once it is `role`'s, the game is over, or `deadline` passed."""
+    while True:
+        try:
+            turn = (await runtime.observe(session_id, role, peek=True)).turn
+        except NotFound:  # the episode closed the session while this call waited
+            return None
+        if turn in (role, None) or time.monotonic() >= deadline:
+            return turn
+        await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+async def step(
+    runtime: EnvRuntime, session_id: str, name: str, arguments: dict[str, Any], role: str, wait_s: float
+) -> ToolOutput:
+    """The step mode: wait for the role's turn, move, wait for the turn to come back, and answer
+    with the move's output and what the role sees then."""
+    deadline = time.monotonic() + wait_s
+    await _turn_back(runtime, session_id, role, deadline)
+    out = await runtime.call_tool(session_id, name, arguments, role)  # out of turn still: its error says so
+    if out.turn not in (role, None):
+        await _turn_back(runtime, session_id, role, deadline)
+    try:
+        view = await runtime.observe(session_id, role)
+    except NotFound:
+        return out.model_copy(update={"turn": None, "done": True})
+    parts = [out.output]
+    if view.observation:
+        parts.append(view.observation)
+    if view.done:
+        parts.append("The game is over: no role moves any more.")
+    elif view.turn != role:
+        parts.append(f"(waited {wait_s:g}s: it is still {view.turn!r}'s turn; call again to wait on)")
+    return out.model_copy(update={"output": "\n\n".join(parts), "turn": view.turn, "done": view.done})
 
 
 async def serve_stateless(server: Any, scope: Scope, receive: Receive, send: Send) -> None:
