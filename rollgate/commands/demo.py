@@ -1,5 +1,6 @@
 """`rollgate demo`: the first run. Serves a trained model (the `tiny-math-demo` recipe's SFT phase
-on math demonstrations, built on the first run and cached in Rollgate's home; `--untrained`: the
+on math demonstrations: the checkpoint shipped with Rollgate, or with --rebuild built here once and
+cached in Rollgate's home; `--untrained`: the
 untrained tiny model, built if missing; `--model NAME`: a registry model such as
 smollm2-135m-instruct as it is, greedy, fetched once), collects a few rollouts of each shipped
 environment's examples and of a few reasoning_gym datasets (when reasoning-gym is installed: rows
@@ -69,7 +70,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         action="store_true",
         default=True,
         help=f"serve the math policy trained by the {DEMO_RECIPE} recipe's SFT phase, sampled greedily (the "
-        "default: built on the first run, about 4 minutes on 2 cores, then cached)",
+        "default: the checkpoint shipped with Rollgate)",
     )
     trained.add_argument(
         "--untrained",
@@ -77,23 +78,33 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         action="store_false",
         help="serve the untrained tiny model instead (rewards about 0; nothing to build)",
     )
+    p.add_argument(
+        "--rebuild",
+        action="store_true",
+        help=f"train the {DEMO_RECIPE} policy on this machine instead of serving the shipped checkpoint "
+        "(about 4 minutes on 2 cores; cached in Rollgate's home, later runs reuse it)",
+    )
     add_common_flags(p)
 
 
-def trained_model(settings: Settings, src: Path) -> Path:
-    """The demo recipe's SFT checkpoint in Rollgate's home: built once (printing what it does), then
-    reused. The demo's own example rows are kept out of its training data, so what the summary
-    scores is held out."""
-    from rollgate.core import jsonutil
-    from rollgate.resources_servers.families.splits import row_key
+def trained_model(settings: Settings, src: Path, *, rebuild: bool = False) -> Path:
+    """The demo recipe's SFT checkpoint: the one shipped with Rollgate while it matches the recipe
+    and the demo's rows (and `rebuild` is off); else Rollgate's home's, built once (printing what it
+    does), then reused. The demo's own example rows are kept out of its training data, so what the
+    summary scores is held out."""
     from rollgate.trainer_adapters.recipes import get_recipe
-    from rollgate.trainer_adapters.recipes.demo_model import ensure_sft_model
+    from rollgate.trainer_adapters.recipes.demo_model import SHIPPED, ensure_sft_model, is_current
 
     cfg = get_recipe(DEMO_RECIPE)
+    exclude = demo_exclusions(src)
+    if not rebuild and is_current(SHIPPED, cfg, exclude):
+        print(
+            f"model: {SHIPPED} (the {DEMO_RECIPE} recipe's SFT checkpoint, shipped with Rollgate; "
+            "--rebuild trains it on this machine)",
+            file=sys.stderr,
+        )
+        return SHIPPED
     path = Path(settings.home) / f"{DEMO_RECIPE}-model"
-    rows_file = src / f"{cfg.env}.jsonl"
-    rows = [jsonutil.loads(r) for r in rows_file.read_bytes().splitlines() if r.strip()] if rows_file.is_file() else []
-    exclude = {row_key(cfg.env, r) for r in rows}
     print(f"model: {path} (the {DEMO_RECIPE} recipe's SFT checkpoint, built now if missing)", file=sys.stderr)
 
     def say(line: str) -> None:
@@ -103,6 +114,16 @@ def trained_model(settings: Settings, src: Path) -> Path:
     if built:
         say(f"built and cached in {path}: later demos reuse it")
     return path
+
+
+def demo_exclusions(src: Path) -> set[str]:
+    """The demo's math example rows by content: kept out of the demo policy's training data."""
+    from rollgate.core import jsonutil
+    from rollgate.resources_servers.families.splits import row_key
+
+    rows_file = src / f"{DEMO_RECIPE_ENV}.jsonl"
+    rows = [jsonutil.loads(r) for r in rows_file.read_bytes().splitlines() if r.strip()] if rows_file.is_file() else []
+    return {row_key(DEMO_RECIPE_ENV, r) for r in rows}
 
 
 def examples_dir(explicit: str | None) -> Path | None:
@@ -215,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"model: {settings.model.model_path} (built now if missing)", file=sys.stderr)
             ensure_tiny_model(settings.model.model_path)
         else:
-            settings.model.model_path = str(trained_model(settings, src))
+            settings.model.model_path = str(trained_model(settings, src, rebuild=args.rebuild))
             args.max_output_tokens = max(args.max_output_tokens, DEMO_TRAINED_MIN_TOKENS)
             sampling["temperature"] = 0.0  # greedy: what the model learned, as its recipe measures it
     settings.agent.max_turns = args.max_turns

@@ -128,3 +128,42 @@ def test_untrained_serves_the_tiny_model_and_builds_nothing(demo_home, capsys):
     out, err = run_demo(capsys, "--untrained")
     assert "SFT" not in err and "math" in out
     assert not (demo_home / "tiny-math-demo-model").exists()
+
+
+def test_the_shipped_demo_policy_is_current():
+    """The checkpoint Rollgate ships is the demo recipe's, built without the demo's example rows:
+    stale (a changed recipe, tiny model build or example rows) means a first demo trains for
+    minutes. Rebuild it with `python scripts/build_demo_policy.py`."""
+    from rollgate.commands.demo import DEMO_RECIPE, demo_exclusions, examples_dir
+    from rollgate.trainer_adapters.recipes.demo_model import SHIPPED, is_current
+
+    src = examples_dir(None)
+    assert src is not None
+    assert is_current(SHIPPED, recipes.get_recipe(DEMO_RECIPE), demo_exclusions(src)), (
+        f"{SHIPPED} is stale: run python scripts/build_demo_policy.py"
+    )
+    stamp = json.loads((SHIPPED / STAMP).read_text())
+    assert stamp["sft_steps"] >= 1000 and (SHIPPED / "model.safetensors").stat().st_size < 2_000_000
+
+
+def test_a_first_demo_serves_the_shipped_policy_and_trains_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ROLLGATE_HOME", str(tmp_path))
+    out, err = run_demo(capsys)
+    assert "shipped with Rollgate" in err and "SFT step" not in err and "gold math demonstrations" not in err
+    assert not (tmp_path / "tiny-math-demo-model").exists()
+    assert "math" in out and "2 rollouts" in out
+
+
+def test_rebuild_trains_here_instead_of_serving_the_shipped_policy(demo_home, capsys, monkeypatch, tmp_path):
+    from rollgate.trainer_adapters.recipes import demo_model
+
+    run_demo(capsys)  # the shortened recipe: the real shipped checkpoint is not current for it: built here
+    shipped = tmp_path / "shipped"
+    import shutil
+
+    shutil.copytree(demo_home / "tiny-math-demo-model", shipped)
+    monkeypatch.setattr(demo_model, "SHIPPED", shipped)
+    _, err = run_demo(capsys)
+    assert f"model: {shipped}" in err and "shipped with Rollgate" in err
+    _, err = run_demo(capsys, "--rebuild")
+    assert f"model: {demo_home / 'tiny-math-demo-model'}" in err and "SFT step" not in err  # the cached build

@@ -6,6 +6,7 @@ no GRPO) once, and reuses the checkpoint while its stamp matches: the recipe's s
 model's build version and the excluded rows. It needs only torch and transformers (the base
 install): no TRL, accelerate, datasets or matplotlib. Rows the caller will show (the demo's
 example rows) are excluded from training by content, so what the demo scores was never trained on.
+The demo recipe's checkpoint ships with the package (`SHIPPED`), built by this same code.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from rollgate.trainer_adapters.recipes.config import RecipeConfig
 log = logging.getLogger("rollgate.train")
 
 STAMP = "rollgate_recipe.json"
+# The demo recipe's checkpoint as Rollgate ships it (package data, ~1 MB): `rollgate demo` serves it
+# while its stamp matches the recipe, so a first run trains nothing. scripts/build_demo_policy.py
+# rebuilds it; tests/trainer_adapters/test_demo_model.py fails when it is stale.
+SHIPPED = Path(__file__).parent / "demo_policy"
 PROGRESS_EVERY_S = 10.0
 Progress = Callable[[str], None]
 
@@ -120,14 +125,19 @@ def ensure_sft_model(
     same recipe, settings and exclusions is already there (`build_once`: concurrent callers wait on
     a lock file; the directory appears atomically)."""
     excluded = set(exclude_keys)
-    want = stamp_of(cfg, excluded)
-
-    def current(p: Path) -> bool:
-        try:
-            raw = json.loads((p / STAMP).read_text())
-        except (OSError, ValueError):
-            return False
-        return is_model_dir(p) and {k: raw.get(k) for k in want} == want
-
-    built = build_once(path, current, lambda tmp: build_sft_model(cfg, tmp, exclude_keys=excluded, progress=progress))
+    built = build_once(
+        path,
+        lambda p: is_current(p, cfg, excluded),
+        lambda tmp: build_sft_model(cfg, tmp, exclude_keys=excluded, progress=progress),
+    )
     return path, built
+
+
+def is_current(path: Path, cfg: RecipeConfig, exclude_keys: Iterable[str]) -> bool:
+    """A complete checkpoint built from these settings and exclusions (its stamp says so)."""
+    want = stamp_of(cfg, exclude_keys)
+    try:
+        raw = json.loads((path / STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    return is_model_dir(path) and {k: raw.get(k) for k in want} == want
