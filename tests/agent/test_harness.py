@@ -27,7 +27,7 @@ from rollgate.core.schemas import ErrorKind, Outcome, Trajectory
 from rollgate.core.serving import serve_in_thread
 from rollgate.core.settings import Settings
 from rollgate.core.tokens import segments
-from tests.agent.harness_checks import process_gone
+from tests.agent.harness_checks import chat_loop, process_gone
 from tests.conftest import free_port
 from tests.gateway.rows import REPO, example_rows
 
@@ -62,30 +62,8 @@ HARNESS = textwrap.dedent(
     os.rename(note + ".tmp", note)
     if sleeps:
         time.sleep(120)
-    import httpx  # after the note: a loaded machine takes a while to import it
-    tools = [{"type": "function", "function": {"name": t["name"], "description": t.get("description", ""),
-                                               "parameters": t["parameters"]}}
-             for t in json.loads(os.environ["ROLLGATE_TOOLS"])]
-    messages = [{"role": "user", "content": os.environ["ROLLGATE_PROMPT"]}]
-    auth = {"authorization": "Bearer " + os.environ["ROLLGATE_API_KEY"]}
-    for step in range(6):
-        body = {"model": os.environ["ROLLGATE_MODEL"], "messages": messages, "tools": tools, "max_tokens": 64}
-        reply = httpx.post(os.environ["ROLLGATE_BASE_URL"] + "/chat/completions", json=body, headers=auth, timeout=60)
-        reply.raise_for_status()
-        msg = reply.json()["choices"][0]["message"]
-        messages.append({k: v for k, v in msg.items() if k in ("role", "content", "tool_calls") and v})
-        if not msg.get("tool_calls"):
-            print("ANSWER:", msg.get("content"))
-            break
-        for call in msg["tool_calls"]:
-            rpc = {"jsonrpc": "2.0", "id": step, "method": "tools/call",
-                   "params": {"name": call["function"]["name"], "arguments": json.loads(call["function"]["arguments"])}}
-            out = httpx.post(os.environ["ROLLGATE_MCP_URL"], json=rpc, timeout=30,
-                             headers={"accept": "application/json, text/event-stream"}).json()
-            text = out["result"]["content"][0]["text"]
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": text})
     """
-)
+) + chat_loop(6, 30)
 # Stands in for mini-swe-agent's `mini` CLI (not installed in the default tier: 709 MB with litellm)
 # as docs/agents.md runs it: one model call at the api_base of its `-c` override, then the submit
 # command run in a session of its own, and the submission written to the `-o` trajectory file.

@@ -25,7 +25,7 @@ from rollgate.core.schemas import ErrorKind, Outcome, Trajectory
 from rollgate.core.serving import serve_in_thread
 from rollgate.core.settings import Settings
 from rollgate.core.tokens import segments
-from tests.agent.harness_checks import process_gone
+from tests.agent.harness_checks import chat_loop, process_gone
 from tests.conftest import free_port
 
 pytest.importorskip("textarena")
@@ -42,33 +42,8 @@ PLAYER = textwrap.dedent(
         f.write(os.environ["ROLLGATE_ROLE"])
     if sys.argv[1:] == ["stall"]:
         time.sleep(120)
-    import httpx
-
-    tools = [{"type": "function", "function": {"name": t["name"], "description": t.get("description", ""),
-                                               "parameters": t["parameters"]}}
-             for t in json.loads(os.environ["ROLLGATE_TOOLS"])]
-    messages = [{"role": "user", "content": os.environ["ROLLGATE_PROMPT"]}]
-    auth = {"authorization": "Bearer " + os.environ["ROLLGATE_API_KEY"]}
-    metadata = json.loads(os.environ["ROLLGATE_METADATA"])
-    for step in range(12):
-        body = {"model": os.environ["ROLLGATE_MODEL"], "messages": messages, "tools": tools, "max_tokens": 64,
-                "metadata": metadata}
-        reply = httpx.post(os.environ["ROLLGATE_BASE_URL"] + "/chat/completions", json=body, headers=auth, timeout=60)
-        reply.raise_for_status()
-        msg = reply.json()["choices"][0]["message"]
-        messages.append({k: v for k, v in msg.items() if k in ("role", "content", "tool_calls") and v})
-        if not msg.get("tool_calls"):
-            print("ANSWER:", msg.get("content"))
-            break
-        for call in msg["tool_calls"]:
-            rpc = {"jsonrpc": "2.0", "id": step, "method": "tools/call",
-                   "params": {"name": call["function"]["name"], "arguments": json.loads(call["function"]["arguments"])}}
-            out = httpx.post(os.environ["ROLLGATE_MCP_URL"], json=rpc, timeout=None,
-                             headers={"accept": "application/json, text/event-stream"}).json()
-            text = out["result"]["content"][0]["text"]
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": text})
     """
-)
+) + chat_loop(12, None)
 QUITS = "import sys\nsys.stderr.write('quits: cannot play today\\n')\nsys.exit(3)\n"
 
 
