@@ -12,6 +12,7 @@ finished phases and restarts an unfinished one from the previous phase's checkpo
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import shutil
@@ -294,12 +295,16 @@ class RecipeRun:
         every = self.cfg.grpo.eval_every
 
         def on_step(step: int) -> None:
-            if (every and step % every == 0) or step == self.cfg.grpo.steps:
+            if every and step % every == 0 and step < self.cfg.grpo.steps:
                 self._measure(model, tok, "rl", base + step, f"rl-step-{step}")
 
         rows = read_rows(self.layout.data / "train_tasks.jsonl")
         result = train_grpo(self.cfg, model, tok, rows, self.layout.work / "grpo", on_step=on_step)
-        if self.state.curve[-1]["phase"] != "rl":  # stopped before its last step: measure what it reached
+        # The last point once the trainer and its rollout engine are gone: measured inside the last
+        # step, beside them, SmolLM2's evaluation took the process to 23.6 GB (docs/trainers/recipes.md).
+        gc.collect()
+        last = self.state.curve[-1]
+        if last["phase"] != "rl" or last["step"] != base + result.steps:
             self._measure(model, tok, "rl", base + result.steps, f"rl-step-{result.steps}")
         self._greedy_reference(_save(model, tok, self.layout.model), "rl")
         self.state.info.update(
