@@ -223,9 +223,9 @@ class _RolePlayers:
 
     def get(self, name: str) -> RoleHarness:
         agent = self.agents.get(name)
-        if not callable(getattr(agent, "role_seat", None)):
+        if not isinstance(agent, RoleHarness):
             raise BadRequest(f"agent: {name!r} cannot play a role", component="agent", field="agent")
-        return agent  # type: ignore[return-value]
+        return agent
 
 
 class AgentSet:

@@ -15,11 +15,11 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from rollgate.agent_server.episode import Episode, Phase, failure
+from rollgate.agent_server.episode import Episode, EpisodeFailure, Phase, failure
 from rollgate.core.rows import Task
-from rollgate.core.schemas import RolePolicy, Turn
+from rollgate.core.schemas import RolePolicy, RoleView, Turn
 from rollgate.resources_servers.client import EnvClient
 
 Peek = Callable[[], Awaitable[str | None]]
@@ -59,6 +59,7 @@ class HarnessPlayer(Protocol):
         ...
 
 
+@runtime_checkable
 class RoleHarness(Protocol):
     """An agent that can play a role (a HarnessAgent)."""
 
@@ -99,16 +100,22 @@ async def harness_turn(
             raise failure(exc, Phase.tool) from None
 
     if not player.started:
-        try:
-            view = await env.observe(sid, role, timeout_s=timeout_s)
-        except Exception as exc:  # noqa: BLE001
-            raise failure(exc, Phase.tool) from None
-        if view.observation:
-            ep.add_input([{"role": "user", "content": view.observation}])
+        view = await observe_into(ep, env, sid, role, timeout_s)
         if view.turn != role:
             return view.turn, False
         await player.start(view.observation)
     return await player.play(peek)
+
+
+async def observe_into(ep: Episode, env: EnvClient, sid: str, role: str, timeout_s: float) -> RoleView:
+    """What `role` sees now, added to its episode as a user turn (a failure: typed, Phase.tool)."""
+    try:
+        view = await env.observe(sid, role, timeout_s=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a typed outcome
+        raise failure(exc, Phase.tool) from None
+    if view.observation:
+        ep.add_input([{"role": "user", "content": view.observation}])
+    return view
 
 
 def take(ep: Episode, record: SeatRecord) -> None:
@@ -134,8 +141,8 @@ async def finish_all(players: Mapping[str, HarnessPlayer], *, strict: bool) -> d
         if isinstance(result, BaseException):
             if first is None:
                 first = result
-                with contextlib.suppress(AttributeError):
-                    result.error.message = f"role {role}: {result.error.message}"  # type: ignore[attr-defined]
+                if isinstance(result, EpisodeFailure):
+                    result.error.message = f"role {role}: {result.error.message}"
             with contextlib.suppress(Exception):  # a crash is raised once: its record as it was taken
                 records[role] = await started[role].finish()
         else:

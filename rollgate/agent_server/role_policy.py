@@ -60,6 +60,21 @@ def check_policy(
         )
 
 
+def refuse_harness_sampling(
+    field: str, harness: str, sampling: Mapping[str, Any], *, whose: str, component: str = COMPONENT
+) -> None:
+    """A harness chooses its own sampling: overrides set (`whose`: the job's, or the job's or the
+    role's) cannot reach its model calls, a 400 naming `field`."""
+    overrides = sorted(k for k, v in sampling.items() if v is not None)
+    if overrides:
+        raise BadRequest(
+            f"{field}: the harness {harness!r} chooses its own sampling; {whose} overrides "
+            f"({', '.join(overrides)}) cannot reach its model calls",
+            component=component,
+            field=field,
+        )
+
+
 def check_roles(declared: list[str], policies: Mapping[str, Any], *, env: str, component: str = COMPONENT) -> None:
     """Every declared role mapped, no other: a 400 naming the role and what is accepted."""
     for role in policies:

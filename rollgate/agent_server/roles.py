@@ -26,7 +26,15 @@ from typing import Any
 from rollgate.agent_server import items as it
 from rollgate.agent_server.agent import AGENT_NAME, Agent, RunContext, _within
 from rollgate.agent_server.episode import Episode, EpisodeFailure, Phase, failure
-from rollgate.agent_server.role_harness import HarnessPlayer, RoleHarness, RolePlayers, finish_all, harness_turn, take
+from rollgate.agent_server.role_harness import (
+    HarnessPlayer,
+    RoleHarness,
+    RolePlayers,
+    finish_all,
+    harness_turn,
+    observe_into,
+    take,
+)
 from rollgate.agent_server.role_policy import check_role_policy, check_roles
 from rollgate.core.errors import BadRequest, NotFound
 from rollgate.core.items import Item, output_text
@@ -247,12 +255,7 @@ class RolesRunner:
     async def _move(self, seat: Seat, task: Task, env: EnvClient, sid: str, deadline: float) -> tuple[str | None, bool]:
         """One model call of the role to move -> (whose turn next, the role's context ran out)."""
         s = self.base.settings
-        try:
-            view = await env.observe(sid, seat.role, timeout_s=_within(s.tool_timeout_s, deadline))
-        except Exception as exc:  # noqa: BLE001
-            raise failure(exc, Phase.tool) from None
-        if view.observation:
-            seat.ep.add_input([{"role": "user", "content": view.observation}])
+        view = await observe_into(seat.ep, env, sid, seat.role, _within(s.tool_timeout_s, deadline))
         if view.turn != seat.role:
             return view.turn, False
         request = seat.request

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rollgate.agent_server.agent import AGENT_NAME
-from rollgate.agent_server.role_policy import check_role_policy, check_roles
+from rollgate.agent_server.role_policy import check_role_policy, check_roles, refuse_harness_sampling
 from rollgate.core.errors import BadRequest, NotFound
 
 if TYPE_CHECKING:
@@ -58,14 +58,10 @@ def check_job_roles(req: Any, known_models: list[str], role_agents: Sequence[str
         )
     for role, policy in req.roles.items():
         check_role_policy(role, policy, known_models, agents=role_agents, component=COMPONENT)
-        overrides = {**req.sampling.model_dump(exclude_none=True), **policy.sampling.model_dump(exclude_none=True)}
-        if policy.agent not in (None, AGENT_NAME) and overrides:
-            raise BadRequest(
-                f"roles.{role}.sampling: {policy.agent!r} is a harness, which chooses its own sampling; the overrides "
-                f"({', '.join(sorted(overrides))}, the job's or the role's) cannot reach its model calls",
-                component=COMPONENT,
-                field=f"roles.{role}.sampling",
-            )
+        if policy.agent not in (None, AGENT_NAME):
+            overrides = {**req.sampling.model_dump(exclude_none=True), **policy.sampling.model_dump(exclude_none=True)}
+            whose = "the job's or the role's"
+            refuse_harness_sampling(f"roles.{role}.sampling", policy.agent, overrides, whose=whose, component=COMPONENT)
     return {role: policy.model_dump(exclude_none=True) for role, policy in req.roles.items()}
 
 

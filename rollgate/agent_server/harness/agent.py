@@ -37,6 +37,7 @@ from rollgate.agent_server.harness.process import HarnessProcess, ProcessResult
 from rollgate.agent_server.harness.render import EpisodeView, render, task_text
 from rollgate.agent_server.items import input_items
 from rollgate.agent_server.plugins import AgentParts, Endpoints
+from rollgate.agent_server.role_policy import refuse_harness_sampling
 from rollgate.core.errors import BadRequest
 from rollgate.core.logging import log_context
 from rollgate.core.rows import Task, group_id
@@ -101,16 +102,8 @@ class HarnessAgent:
     # --- a seat of a multi-role episode (docs/roles.md; rollgate.agent_server.role_harness) ------
     def check_role(self, where: str, policy: RolePolicy, sampling: Mapping[str, Any]) -> None:
         """What a harness cannot honour for a role it plays: a 400 naming `<where>.<field>`."""
-        overrides = sorted(
-            k for k, v in {**sampling, **policy.sampling.model_dump(exclude_none=True)}.items() if v is not None
-        )
-        if overrides:
-            raise BadRequest(
-                f"{where}.sampling: the harness {self.config.name!r} chooses its own sampling; the overrides "
-                f"({', '.join(overrides)}, the job's or the role's) cannot reach its model calls",
-                component="agent",
-                field=f"{where}.sampling",
-            )
+        overrides = {**sampling, **policy.sampling.model_dump(exclude_none=True)}
+        refuse_harness_sampling(f"{where}.sampling", self.config.name, overrides, whose="the job's or the role's")
         if policy.model not in (None, self.parts.model_name):
             raise BadRequest(
                 f"{where}.model: the harness {self.config.name!r} calls the served model "
@@ -126,14 +119,7 @@ class HarnessAgent:
 
     async def run(self, task: Task, ctx: RunContext | None = None) -> Trajectory:
         ctx = ctx or RunContext()
-        overrides = sorted(k for k, v in ctx.sampling.items() if v is not None)
-        if overrides:
-            raise BadRequest(
-                f"sampling: the harness {self.config.name!r} chooses its own sampling; the job's overrides "
-                f"({', '.join(overrides)}) cannot reach its model calls",
-                component="agent",
-                field="sampling",
-            )
+        refuse_harness_sampling("sampling", self.config.name, ctx.sampling, whose="the job's")
         if task.env not in self.parts.envs:
             raise BadRequest(
                 f"unknown environment {task.env!r}; known: {', '.join(sorted(self.parts.envs))}",
