@@ -155,10 +155,11 @@ class PoolBuilder:
             baseline = state.get("baseline")
             if baseline is None:
                 runs = [await self._run(boxes[0], project, runner) for _ in range(BASELINE_RUNS)]
-                if not steady(runs):
+                passing = steady(runs)
+                if not passing:
                     raise SourceError("baseline", f"{project.requirement}: no test passes on the pristine tree")
-                baseline = sorted(steady(runs))
-                state["flaky"] = sorted(set.union(*(r.passed for r in runs)) - steady(runs))
+                baseline = sorted(passing)
+                state["flaky"] = sorted(set.union(*(r.passed for r in runs)) - passing)
                 state["baseline_s"] = max(r.result.duration_s if r.result else 0.0 for r in runs)
             base = set(baseline)
             # a mutation that loops forever is rejected after a few times the pristine suite's time
