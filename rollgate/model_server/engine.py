@@ -4,7 +4,8 @@ Iteration-level batching: requests that arrive while a batch is decoding are pre
 the running batch at the next decode step; finished sequences leave at once. Sequences are left
 padded; attention masks and per-row position ids keep padding invisible; one shared KV cache
 holds every running row (rows joining are padded on the left to the batch's length; columns no
-row needs any more are trimmed). Each row samples with its own temperature / top_p / seed.
+row needs any more are trimmed), in buffers with room to grow, so a decode step writes its new
+column in place (batch_kv.BatchKV). Each row samples with its own temperature / top_p / seed.
 A streaming row hands each sampled token to its caller's loop as it is decoded; a row whose
 future is cancelled (the caller went away) leaves the batch at the next step.
 
@@ -38,6 +39,7 @@ import torch
 
 from rollgate.core.hf_compat import cache_kwarg, output_cache
 from rollgate.model_server.backend import SamplingParams
+from rollgate.model_server.batch_kv import BatchKV
 from rollgate.model_server.kv_cache import Hit, PrefixKVCache, cat_left_padded, row_kv, stack_prefixes
 
 log = logging.getLogger("rollgate.model_server.engine")
@@ -100,8 +102,7 @@ class Engine:
         self.stats |= {"prefill_tokens": 0, "reused_tokens": 0, "shared_rows": 0, "prefill_s": 0.0, "decode_s": 0.0}
         self._inbox: queue.Queue[_Row] = queue.Queue()
         self._rows: list[_Row] = []
-        self._cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None
-        self._mask: torch.Tensor | None = None
+        self._batch: BatchKV | None = None  # the running rows' keys and values (batch_kv.py)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rollgate-engine", daemon=True)
         self._thread.start()
@@ -178,7 +179,7 @@ class Engine:
                 log.exception("engine step failed")
                 for row in new + self._rows:
                     self._resolve(row, exc)
-                self._rows, self._cache, self._mask = [], None, None
+                self._rows, self._batch = [], None
 
     def _admit(self) -> list[_Row]:
         room = self.max_batch_size - len(self._rows)
@@ -285,16 +286,15 @@ class Engine:
         return cache, mask, out.logits[:, -1, :]
 
     def _merge(self, new: list[_Row], cache, mask: torch.Tensor) -> None:
-        if self._cache is None or self._mask is None:
-            self._rows, self._cache, self._mask = list(new), cache, mask
+        if self._batch is None:
+            self._rows, self._batch = list(new), BatchKV(cache, mask, max_rows=self.max_batch_size)
             return
-        self._cache, self._mask = cat_left_padded(self._cache, self._mask, cache, mask)
+        self._batch.append(cache, mask)
         self._rows = self._rows + list(new)
 
     def _decode_step(self) -> None:
-        from transformers import DynamicCache
-
-        assert self._cache is not None and self._mask is not None
+        batch = self._batch
+        assert batch is not None
         started = time.perf_counter()
         n = len(self._rows)
         self.stats["steps"] += 1
@@ -302,13 +302,11 @@ class Engine:
         if self.observe_batch is not None:
             self.observe_batch(n)
         last = torch.tensor([[r.out[-1]] for r in self._rows], dtype=torch.long, device=self.device)
-        mask = torch.cat([self._mask, torch.ones((n, 1), dtype=torch.long, device=self.device)], dim=1)
+        mask = torch.cat([batch.mask, torch.ones((n, 1), dtype=torch.long, device=self.device)], dim=1)
         pos = mask.sum(-1, keepdim=True) - 1
-        cache = DynamicCache(ddp_cache_data=self._cache)
-        kw = {cache_kwarg(self.model): cache}
+        kw = {cache_kwarg(self.model): batch.step_cache()}  # appends the step's column in place
         out = self.model(input_ids=last, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
-        self._cache = [(layer.keys, layer.values) for layer in output_cache(out).layers]
-        self._mask = mask
+        batch.stepped(mask)
         self.stats["decode_s"] += time.perf_counter() - started
         self._sample(out.logits[:, -1, :], start=0)
 
@@ -335,27 +333,20 @@ class Engine:
         if len(keep) == len(self._rows):
             return
         self.stats["cancelled"] += sum(r.finish is None for r in self._rows) - len(keep)
+        batch = self._batch
         for i, r in enumerate(self._rows):
             if r.finish is not None:
                 self._resolve(r, EngineResult(r.out, r.log_probs, r.finish, self.weight_version))
-                if self.kv is not None and self._cache is not None and self._mask is not None:
+                if self.kv is not None and batch is not None:
                     self._check_weights()
                     # its KV covers the prompt and every sampled token but the last (never fed back)
                     seq = r.prompt + r.out[:-1]
-                    kv = row_kv(self._cache, self._mask[i], i)
+                    kv = row_kv(batch.views(), batch.mask[i], i)
                     self.kv.put(seq, kv, epoch=r.kv_epoch, replaces=r.kv_entry)
-        if not keep:
-            self._rows, self._cache, self._mask = [], None, None
+        if not keep or batch is None:
+            self._rows, self._batch = [], None
             return
-        assert self._cache is not None and self._mask is not None
-        idx = torch.tensor(keep, device=self.device)
-        mask = self._mask.index_select(0, idx)
-        first = int(mask.any(0).nonzero()[0])  # columns before this are padding for every row left
-        self._mask = mask[:, first:]
-        self._cache = [
-            (k.index_select(0, idx)[:, :, first:], v.index_select(0, idx)[:, :, first:]) for k, v in self._cache
-        ]
-        self._rows = [self._rows[i] for i in keep]
+        self._rows = [self._rows[i] for i in batch.keep(keep)]
 
     @staticmethod
     def _push(row: _Row, value: Any) -> None:
