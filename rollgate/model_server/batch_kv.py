@@ -121,7 +121,8 @@ class BatchKV:
         movers = [i for i in rows if i >= count]
         order = list(range(count))
         if holes:
-            to, src = torch.tensor(holes), torch.tensor(movers)
+            device = self.mask.device
+            to, src = torch.tensor(holes, device=device), torch.tensor(movers, device=device)
             for kb, vb in self.buffers:
                 kb[to, :, self.start : self.end] = kb[src, :, self.start : self.end]
                 vb[to, :, self.start : self.end] = vb[src, :, self.start : self.end]

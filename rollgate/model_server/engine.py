@@ -334,14 +334,15 @@ class Engine:
             return
         self.stats["cancelled"] += sum(r.finish is None for r in self._rows) - len(keep)
         batch = self._batch
+        views = batch.views() if batch is not None and self.kv is not None else None
         for i, r in enumerate(self._rows):
             if r.finish is not None:
                 self._resolve(r, EngineResult(r.out, r.log_probs, r.finish, self.weight_version))
-                if self.kv is not None and batch is not None:
+                if self.kv is not None and batch is not None and views is not None:
                     self._check_weights()
                     # its KV covers the prompt and every sampled token but the last (never fed back)
                     seq = r.prompt + r.out[:-1]
-                    kv = row_kv(batch.views(), batch.mask[i], i)
+                    kv = row_kv(views, batch.mask[i], i)
                     self.kv.put(seq, kv, epoch=r.kv_epoch, replaces=r.kv_entry)
         if not keep or batch is None:
             self._rows, self._batch = [], None

@@ -2,11 +2,10 @@
 replaced holds (a tensor per layer grown by concatenation, rows dropped by index_select, joining
 rows left padded to a common width), through random joins, decode steps past its reallocation
 points and rows leaving from anywhere; and the engine decodes rows of mixed lengths that join and
-leave at different steps exactly as it decodes each alone."""
+leave at different steps exactly as it decodes each alone (test_batching.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 import pytest
@@ -27,7 +26,7 @@ def _rows(rng: random.Random, n: int, width: int) -> tuple[list, torch.Tensor]:
     return cache, mask
 
 
-def _step(cache: list, n: int) -> list:
+def _step(n: int) -> list:
     return [(torch.randn(n, HEADS, 1, DIM), torch.randn(n, HEADS, 1, DIM)) for _ in range(LAYERS)]
 
 
@@ -71,7 +70,7 @@ def test_the_store_matches_the_concatenating_layout_through_joins_steps_and_depa
             ref = [(k[:, :, first:], v[:, :, first:]) for k, v in ref]
             order = [remap[o] for o in order]
         else:  # a decode step: every layer appends one column
-            step = _step(ref, store.n)
+            step = _step(store.n)
             cache_obj = store.step_cache()
             for i, (k, v) in enumerate(step):
                 out_k, _ = cache_obj.update(k[torch.tensor(order)], v[torch.tensor(order)], i)
@@ -97,30 +96,3 @@ def test_decoding_writes_in_place_until_the_room_runs_out():
         store.stepped(torch.cat([store.mask, torch.ones(4, 1, dtype=torch.long)], 1))
         assert (store.buffers[0][0].data_ptr() == buffer) == (step < RIGHT_ROOM), step
     assert store.width == 8 + RIGHT_ROOM + 1
-
-
-def _req(prompt: str, n: int) -> dict:
-    return {
-        "model": "rollgate-tiny",
-        "input": prompt,
-        "max_output_tokens": n,
-        "temperature": 0,
-        "metadata": {"rollgate_training": "true"},
-    }
-
-
-async def test_rows_of_mixed_lengths_joining_and_leaving_decode_as_they_do_alone(local_stack):
-    service, backend, _ = local_stack
-    # long and short prompts, outputs from 3 to 150 tokens (past the store's decode room), arriving
-    # at different times: rows join wider and narrower batches and leave from its middle
-    plan = [(f"Story {i}: " + "once upon a time " * (i * 7 % 23), 3 + (i * 37) % 148) for i in range(12)]
-    solo = [await service.create(_req(p, n)) for p, n in plan]
-
-    async def later(i: int, p: str, n: int) -> dict:
-        await asyncio.sleep(0.02 * (i % 4))
-        return await service.create(_req(p, n))
-
-    together = await asyncio.gather(*(later(i, p, n) for i, (p, n) in enumerate(plan)))
-    assert backend.engine.stats["max_batch"] >= 4
-    for a, b in zip(solo, together, strict=True):
-        assert a["output"][0]["generation_token_ids"] == b["output"][0]["generation_token_ids"]

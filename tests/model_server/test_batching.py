@@ -56,6 +56,23 @@ async def test_request_arriving_mid_decode_joins_the_running_batch(local_stack):
         assert backend.engine.stats["joined_running"] > joined_before
 
 
+async def test_rows_of_mixed_lengths_joining_and_leaving_decode_as_they_do_alone(local_stack):
+    service, backend, _ = local_stack
+    # long and short prompts, outputs from 3 to 150 tokens (past the batch cache's decode room,
+    # batch_kv.RIGHT_ROOM), arriving at different times: rows join wider and narrower batches and
+    # leave from its middle
+    plan = [(f"Story {i}: " + "once upon a time " * (i * 7 % 23), 3 + (i * 37) % 148) for i in range(12)]
+    solo = [await service.create(_req(p, max_output_tokens=n)) for p, n in plan]
+
+    async def later(i: int, p: str, n: int) -> dict:
+        await asyncio.sleep(0.02 * (i % 4))
+        return await service.create(_req(p, max_output_tokens=n))
+
+    together = await asyncio.gather(*(later(i, p, n) for i, (p, n) in enumerate(plan)))
+    assert backend.engine.stats["max_batch"] >= 4
+    assert [_gen(r) for r in together] == [_gen(r) for r in solo]
+
+
 async def test_same_seed_same_sample_and_log_probs_match_a_trainer_recompute(local_stack):
     import torch
 
