@@ -30,7 +30,7 @@ log = logging.getLogger("rollgate.models")
 
 STAMP = "rollgate_model.json"
 # Bumped when the conversion's output changes; an older stamp is converted again.
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2  # 2: special tokens from the model's ids (_portable_tokenizer_config)
 
 
 class FetchError(RollgateError):
@@ -157,10 +157,17 @@ def convert_gguf(gguf: Path, out: Path, entry: ModelEntry) -> None:
 
 def _portable_tokenizer_config(out: Path, tokenizer, config) -> None:
     """The generic fast-tokenizer class (loads in transformers 4 and 5 and in vLLM), the chat
-    template inside tokenizer_config.json too, the real context length, no load-time noise."""
+    template inside tokenizer_config.json too, the real context length, no load-time noise, and
+    the special tokens the model's own ids name (the GGUF metadata's, which the config holds).
+    transformers 5.17 reads SmolLM2's GGUF tokenizer with `<|im_start|>` as its end token and no
+    padding token, where 5.24 reads `<|im_end|>` for both: the ids decide, not the version."""
     path = out / "tokenizer_config.json"
     data = json.loads(path.read_text())
     data["tokenizer_class"] = "PreTrainedTokenizerFast"
+    for role in ("bos", "eos", "pad"):
+        token_id = getattr(config, f"{role}_token_id", None)
+        if isinstance(token_id, int) and 0 <= token_id < len(tokenizer):
+            data[f"{role}_token"] = tokenizer.convert_ids_to_tokens(token_id)
     if tokenizer.chat_template:
         data["chat_template"] = tokenizer.chat_template
     data["model_max_length"] = int(getattr(config, "max_position_embeddings", 0) or data.get("model_max_length", 0))

@@ -285,3 +285,24 @@ def test_the_registry_names_exactly_the_formats_and_templates_the_model_server_i
     for entry in model_registry.MODELS.values():
         assert entry.tool_call_format in TOOL_CALL_FORMATS
         assert entry.reasoning_format is None or entry.reasoning_format in REASONING_FORMATS
+
+
+def test_the_special_tokens_are_the_ones_the_model_ids_name_whatever_transformers_read(smollm2_path, tmp_path):
+    """transformers 5.17 reads SmolLM2's GGUF tokenizer with `<|im_start|>` as its end token and no
+    padding token (5.24 reads `<|im_end|>`); the conversion writes the tokens of the config's ids."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from rollgate.model_server.fetch import _portable_tokenizer_config
+
+    path = tmp_path / "ckpt"
+    path.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (path / name).write_bytes((Path(smollm2_path) / name).read_bytes())
+    as_read = json.loads((path / "tokenizer_config.json").read_text())
+    as_read.update(eos_token="<|im_start|>", pad_token=None)  # what transformers 5.17 writes
+    (path / "tokenizer_config.json").write_text(json.dumps(as_read))
+    assert AutoTokenizer.from_pretrained(path).eos_token_id == 1
+    _portable_tokenizer_config(path, AutoTokenizer.from_pretrained(path), AutoConfig.from_pretrained(path))
+    tok = AutoTokenizer.from_pretrained(path)
+    assert (tok.bos_token, tok.eos_token, tok.pad_token) == ("<|im_start|>", "<|im_end|>", "<|im_end|>")
+    assert (tok.eos_token_id, tok.pad_token_id) == (2, 2)
