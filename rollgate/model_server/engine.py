@@ -41,6 +41,7 @@ from rollgate.core.hf_compat import cache_kwarg, output_cache
 from rollgate.model_server.backend import SamplingParams
 from rollgate.model_server.batch_kv import BatchKV
 from rollgate.model_server.kv_cache import Hit, PrefixKVCache, cat_left_padded, row_kv, stack_prefixes
+from rollgate.model_server.sampling import sample_rows
 
 log = logging.getLogger("rollgate.model_server.engine")
 CLOSE_WAIT_S = 300.0  # how long close() waits for a step under way, past its first 10 s
@@ -312,10 +313,12 @@ class Engine:
 
     def _sample(self, logits: torch.Tensor, start: int) -> None:
         logits = logits.float()
-        for i in range(start, len(self._rows)):
-            row = self._rows[i]
-            row_logits = logits[i - start] if row.guide is None else row.guide.constrain(logits[i - start])
-            tok, lp = _sample_one(row_logits, row.params, row.generator)
+        rows = self._rows[start:]
+        for i, row in enumerate(rows):
+            if row.guide is not None:
+                logits[i] = row.guide.constrain(logits[i])
+        toks, lps = sample_rows(logits, [r.params for r in rows], [r.generator for r in rows])
+        for row, tok, lp in zip(rows, toks, lps, strict=True):
             if row.guide is not None:
                 row.guide.advance(tok)
             row.out.append(tok)
@@ -374,18 +377,3 @@ class Engine:
 
         with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
             row.loop.call_soon_threadsafe(deliver)
-
-
-def _sample_one(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator | None) -> tuple[int, float]:
-    if params.temperature <= 0.0:
-        tok = int(torch.argmax(logits))
-        return tok, float(torch.log_softmax(logits, -1)[tok])
-    logp = torch.log_softmax(logits / params.temperature, -1)
-    probs = logp.exp()
-    if params.top_p < 1.0:
-        sorted_p, order = torch.sort(probs, descending=True)
-        cut = (sorted_p.cumsum(-1) - sorted_p) >= params.top_p  # keep the smallest set reaching top_p
-        sorted_p[cut] = 0.0
-        probs = torch.zeros_like(probs).scatter(0, order, sorted_p)
-    tok = int(torch.multinomial(probs.cpu(), 1, generator=gen))
-    return tok, float(logp[tok])
