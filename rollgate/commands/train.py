@@ -50,9 +50,8 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--backend",
         choices=("trl", "unsloth"),
-        default="trl",
-        help="GRPO trainer: trl (TRL's GRPOTrainer on the CPU; default) or unsloth (Unsloth's patched "
-        "GRPOTrainer on a CUDA GPU; docs/trainers/unsloth.md)",
+        help="GRPO trainer: trl (TRL's GRPOTrainer on the CPU) or unsloth (Unsloth's patched GRPOTrainer on a "
+        "CUDA GPU; docs/trainers/unsloth.md); default: the recipe's (unsloth for the *-gpu recipes, else trl)",
     )
     short = p.add_argument_group("overrides (a shortened run; metrics.json records the settings used)")
     short.add_argument("--train-tasks", type=int, metavar="N", help="training tasks (gold demos, GRPO prompts)")
@@ -79,7 +78,7 @@ def _overrides(cfg, args: argparse.Namespace):
     if staleness is not None and staleness < 1:
         raise BadRequest(f"--max-staleness must be >= 1, got {staleness}", component="train", field="--max-staleness")
     grpo = {"mode": mode, **({"max_staleness": staleness} if staleness is not None else {})}
-    backend = getattr(args, "backend", "trl") or "trl"
+    backend = getattr(args, "backend", None) or cfg.grpo.backend
     if backend == "unsloth":
         from rollgate.trainer_adapters.unsloth import unsloth_problem
 
@@ -87,6 +86,16 @@ def _overrides(cfg, args: argparse.Namespace):
         if problem:
             raise BadRequest(f"--backend unsloth: {problem}", component="train", field="--backend")
     grpo["backend"] = backend
+    if cfg.device == "cuda" and backend == "trl":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise BadRequest(
+                f"recipe {cfg.name} trains on a CUDA GPU and torch sees none (torch.cuda.is_available() is False); "
+                "its CPU form drops the -gpu suffix",
+                component="train",
+                field="--recipe",
+            )
     cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, **grpo))
     if args.sft_epochs is not None and not args.sft_epochs > 0:
         raise BadRequest(f"--sft-epochs must be > 0, got {args.sft_epochs}", component="train", field="--sft-epochs")

@@ -31,6 +31,7 @@ __all__ = [
     "UNSLOTH_TRL_SPEC",
     "trl_version_problem",
     "unsloth_problem",
+    "bitsandbytes_problem",
     "patch_trl",
     "load_policy",
     "make_rollout_func",
@@ -73,7 +74,16 @@ def unsloth_problem() -> str | None:
         return "Unsloth needs a CUDA GPU and torch sees none (torch.cuda.is_available() is False); use --backend trl"
     if importlib.util.find_spec("unsloth") is None:
         return "unsloth is not installed: pip install unsloth 'trl>=1.0,<=1.15.0' (docs/trainers/unsloth.md)"
-    return trl_version_problem()
+    return trl_version_problem() or bitsandbytes_problem()
+
+
+def bitsandbytes_problem() -> str | None:
+    """Unsloth imports without bitsandbytes (it warns that 4-bit is off), but its model loader
+    refuses to load any model without it, full fine-tuning included (unsloth 2026.10.9, seen on an
+    H200): say so before a run has spent its SFT phase."""
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return "unsloth's model loader needs bitsandbytes, also for full fine-tuning: pip install bitsandbytes"
+    return None
 
 
 def patch_trl() -> None:

@@ -85,3 +85,25 @@ def test_recipe_grpo_through_unsloth_writes_its_outputs(tmp_path: Path):
     assert (out / "reward_curve.png").stat().st_size > 0
     assert (out / "model" / "config.json").exists()
     assert [p["phase"] for p in metrics["curve"]][-1] == "rl"
+
+
+@pytest.mark.parametrize("backend", ["trl", "unsloth"])
+def test_the_smollm2_gpu_recipe_shortened_trains_on_the_gpu_through_either_backend(
+    tmp_path: Path, backend, smollm2_path
+):
+    """`rollgate train --recipe smollm2-math-gpu` (SmolLM2-135M-Instruct; `rollgate model get` first),
+    a few tasks and one GRPO step: SFT, GRPO and every held-out evaluation on the GPU, the files it
+    writes. Rewards are not checked: one step of 16 tasks says nothing about learning."""
+    if backend == "unsloth" and importlib.util.find_spec("unsloth") is None:
+        pytest.skip("needs unsloth (docs/trainers/unsloth.md)")
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rollgate.cli", "train", "--recipe", "smollm2-math-gpu", "--out", str(out)]
+    cmd += ["--backend", backend, "--train-tasks", "16", "--heldout-tasks", "4", "--sft-epochs", "1", "--rl-steps", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["rl_backend"] == backend and metrics["config"]["device"] == "cuda"
+    assert metrics["parameters"] > 100_000_000 and metrics["sft_steps"] == 1 and metrics["rl_steps"] == 1
+    assert metrics["rl_episodes"] == 16 * 8
+    assert [p["label"] for p in metrics["curve"]] == ["before", "sft-step-1", "rl-step-1"]
+    assert (out / "model" / "model.safetensors").is_file() and (out / "reward_curve.png").stat().st_size > 0

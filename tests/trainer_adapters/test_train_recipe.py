@@ -269,6 +269,26 @@ def test_backend_unsloth_without_a_gpu_is_refused_naming_the_flag(tmp_path, caps
     assert not out.exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no CUDA GPU is present")
+@pytest.mark.parametrize("backend", [[], ["--backend", "trl"], ["--backend", "unsloth"]])
+def test_a_gpu_recipe_without_a_gpu_is_refused_before_anything_runs(tmp_path, capsys, backend):
+    out = tmp_path / "gpu"
+    assert main(["train", "--recipe", "smollm2-math-gpu", "--out", str(out), *backend]) == 2
+    err = capsys.readouterr().err
+    assert "CUDA GPU" in err and ("--backend" in err if backend[-1:] != ["trl"] else "smollm2-math-gpu" in err)
+    assert not out.exists()
+
+
+def test_the_gpu_recipe_is_the_cpu_recipe_at_a_larger_grpo_budget():
+    cpu, gpu = recipes.get_recipe("smollm2-math"), recipes.get_recipe("smollm2-math-gpu")
+    assert gpu.device == "cuda" and gpu.on_gpu and not cpu.on_gpu and gpu.grpo.backend == "unsloth"
+    same = ("env", "model", "seed", "train_tasks", "heldout_tasks", "sft", "eval", "agent")
+    assert all(getattr(gpu, f) == getattr(cpu, f) for f in same)
+    assert gpu.grpo.steps * gpu.grpo.prompts_per_step == 4 * cpu.grpo.steps * cpu.grpo.prompts_per_step
+    with pytest.raises(ValueError, match="device"):
+        dataclasses.replace(cpu, device="tpu")
+
+
 def test_screening_trains_grpo_on_the_tasks_it_can_learn_from_and_records_what_it_kept(tmp_path, monkeypatch):
     grpo = dataclasses.replace(SHORT.grpo, screen_tasks=6, screen_samples=2, eval_every=0)
     monkeypatch.setitem(recipes.RECIPES, "tiny-math", dataclasses.replace(SHORT, grpo=grpo))

@@ -100,3 +100,19 @@ def test_unsloth_trl_range_check():
     assert trl_version_problem("1.15.0") is None
     assert "outside the range" in trl_version_problem("1.16.0")
     assert "rollout_func" in trl_version_problem("0.21.0")
+
+
+def test_unsloth_without_bitsandbytes_is_named_before_a_run(monkeypatch):
+    import importlib.util
+
+    from rollgate.trainer_adapters import unsloth
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a)
+    )
+    assert "pip install bitsandbytes" in unsloth.bitsandbytes_problem()
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "bitsandbytes" else real(name, *a)
+    )
+    assert unsloth.bitsandbytes_problem() is None

@@ -100,9 +100,20 @@ class RecipeConfig:
     grpo: GRPOPhase = field(default_factory=GRPOPhase)
     eval: EvalPlan = field(default_factory=EvalPlan)
     agent: AgentBudget = field(default_factory=AgentBudget)
+    # where SFT and GRPO train: "cpu", or "cuda" (a GPU recipe; the held-out evaluations' model server
+    # takes the GPU whenever there is one). GRPO's backend "unsloth" implies "cuda".
+    device: str = "cpu"
     # the bar the recipe was built to reach, reported beside its figures (never used to pass or
     # fail a run): held-out reward gains and the wall time on 2 quiet CPU cores
     targets: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"RecipeConfig.device must be 'cpu' or 'cuda', got {self.device!r}")
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device == "cuda" or self.grpo.backend == "unsloth"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -119,7 +119,7 @@ def train_grpo(
     from rollgate.trainer_adapters.trl import TaskIndex, rollgate_reward
 
     g = cfg.grpo
-    on_gpu = g.backend == "unsloth"
+    on_gpu = cfg.on_gpu
     dtype = getattr(model, "dtype", None)
     started = time.perf_counter()
     settings = Settings().model_copy(update={"envs": [cfg.env]})

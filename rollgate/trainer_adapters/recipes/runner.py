@@ -267,6 +267,8 @@ class RecipeRun:
         from rollgate.trainer_adapters.recipes.sft_phase import train_sft
 
         model, tok = _load(self.layout.checkpoint("init"))
+        if self.cfg.on_gpu:
+            model.to("cuda")
         tools = template_tools(self.cfg.env)
         examples = tokenize_records(tok, sft_records(self.layout.data / "sft.jsonl"), tools)
         every = self.cfg.sft.eval_every
@@ -275,7 +277,8 @@ class RecipeRun:
             if every and step % every == 0 and step >= self.cfg.sft.eval_from:
                 self._measure(model, tok, "sft", step, f"sft-step-{step}")
 
-        result = train_sft(model, examples, self.cfg.sft, pad_id=tok.pad_token_id, seed=self.cfg.seed, on_step=on_step)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        result = train_sft(model, examples, self.cfg.sft, pad_id=pad, seed=self.cfg.seed, on_step=on_step)
         if not self.state.curve or self.state.curve[-1]["label"] != f"sft-step-{result.steps}":
             self._measure(model, tok, "sft", result.steps, f"sft-step-{result.steps}")
         self._greedy_reference(_save(model, tok, self.layout.checkpoint("sft")), "sft")
@@ -291,6 +294,8 @@ class RecipeRun:
             model, tok = load_policy(self.layout.checkpoint("sft"), max_seq_length=CONTEXT)
         else:
             model, tok = _load(self.layout.checkpoint("sft"))
+            if self.cfg.on_gpu:
+                model.to("cuda")
         base = int(self.state.info["sft_steps"])
         every = self.cfg.grpo.eval_every
 

@@ -54,12 +54,14 @@ def batch_loss(model: Any, batch: Sequence[tuple[list[int], list[int]]], pad_id:
         attn[row, : p + len(tail)] = 1
     # Position p's token is predicted by the prefix's last logit; it is context (mask 0) for
     # every chat transcript (a user or system token), so dropping that one prediction loses no loss.
+    device = model.get_output_embeddings().weight.device  # the CPU, or the GPU of a GPU run
+    suffix, labels, attn = suffix.to(device), labels.to(device), attn.to(device)
     backbone = model.base_model
     if p > 0:
-        pre = backbone(input_ids=torch.tensor([batch[0][0][:p]]), use_cache=True)
+        pre = backbone(input_ids=torch.tensor([batch[0][0][:p]], device=device), use_cache=True)
         cache = output_cache(pre)
         cache.batch_repeat_interleave(b)
-        positions = torch.arange(p, p + width).unsqueeze(0).expand(b, -1)
+        positions = torch.arange(p, p + width, device=device).unsqueeze(0).expand(b, -1)
         kw = {cache_kwarg(backbone): cache}
         out = backbone(input_ids=suffix, attention_mask=attn, position_ids=positions, **kw)
     else:
