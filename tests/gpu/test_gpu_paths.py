@@ -7,7 +7,6 @@ CUDA with `ROLLGATE_TEST_DEVICE=cuda pytest tests/model_server`."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import subprocess
@@ -70,7 +69,16 @@ async def test_a_weight_update_on_cuda_changes_what_is_served_and_stamps_its_ver
         backend.engine.close()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("unsloth") is None, reason="needs unsloth (docs/trainers/unsloth.md)")
+def unsloth_missing() -> str | None:
+    """Why Unsloth cannot train here (no unsloth, a TRL it does not accept, no bitsandbytes), else None."""
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU"
+    from rollgate.trainer_adapters.unsloth import unsloth_problem
+
+    return unsloth_problem()
+
+
+@pytest.mark.skipif(unsloth_missing() is not None, reason=f"{unsloth_missing()} (docs/trainers/unsloth.md)")
 def test_recipe_grpo_through_unsloth_writes_its_outputs(tmp_path: Path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "rollgate.cli", "train", "--recipe", "tiny-math-demo", "--out", str(out)]
@@ -94,8 +102,8 @@ def test_the_smollm2_gpu_recipe_shortened_trains_on_the_gpu_through_either_backe
     """`rollgate train --recipe smollm2-math-gpu` (SmolLM2-135M-Instruct; `rollgate model get` first),
     a few tasks and one GRPO step: SFT, GRPO and every held-out evaluation on the GPU, the files it
     writes. Rewards are not checked: one step of 16 tasks says nothing about learning."""
-    if backend == "unsloth" and importlib.util.find_spec("unsloth") is None:
-        pytest.skip("needs unsloth (docs/trainers/unsloth.md)")
+    if backend == "unsloth" and unsloth_missing():
+        pytest.skip(f"{unsloth_missing()} (docs/trainers/unsloth.md)")
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "rollgate.cli", "train", "--recipe", "smollm2-math-gpu", "--out", str(out)]
     cmd += ["--backend", backend, "--train-tasks", "16", "--heldout-tasks", "4", "--sft-epochs", "1", "--rl-steps", "1"]
