@@ -341,7 +341,7 @@ class Engine:
         for i, r in enumerate(self._rows):
             if r.finish is not None:
                 self._resolve(r, EngineResult(r.out, r.log_probs, r.finish, self.weight_version))
-                if self.kv is not None and batch is not None and views is not None:
+                if views is not None:  # the prefix cache is on and the batch holds this row's KV
                     self._check_weights()
                     # its KV covers the prompt and every sampled token but the last (never fed back)
                     seq = r.prompt + r.out[:-1]

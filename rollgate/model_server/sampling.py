@@ -6,7 +6,7 @@ local engine's time in a GRPO step on 2 CPU cores; here the whole batch shares o
 one exponential and one cumulative sum. Each sampled row draws one uniform number, from its
 request's own generator when the request has a seed (else from torch's global one), and takes the
 first token whose cumulative probability passes it (inverse CDF): a seeded request draws the same
-tokens whatever else shares its batch. Rows with top_p < 1 take the row-at-a-time path.
+tokens whatever else shares its batch. Rows with top_p < 1 draw within their nucleus one at a time.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def sample_rows(
         toks[index] = inverse_cdf(logp[index].exp(), u)
     for i, p in enumerate(params):
         if p.temperature > 0.0 and p.top_p < 1.0:
-            toks[i] = sample_one(logits[i], p, generators[i])[0]
+            toks[i] = nucleus(logp[i].exp(), p.top_p, generators[i])
     return toks.tolist(), logp.gather(1, toks.unsqueeze(1)).squeeze(1).tolist()
 
 
@@ -47,17 +47,10 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, x.unsqueeze(1), right=True).squeeze(1)
 
 
-def sample_one(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator | None) -> tuple[int, float]:
-    """One row: greedy, or sampled at the temperature within the nucleus of top_p."""
-    if params.temperature <= 0.0:
-        tok = int(torch.argmax(logits))
-        return tok, float(torch.log_softmax(logits, -1)[tok])
-    logp = torch.log_softmax(logits / params.temperature, -1)
-    probs = logp.exp()
-    if params.top_p < 1.0:
-        sorted_p, order = torch.sort(probs, descending=True)
-        cut = (sorted_p.cumsum(-1) - sorted_p) >= params.top_p  # keep the smallest set reaching top_p
-        sorted_p[cut] = 0.0
-        probs = torch.zeros_like(probs).scatter(0, order, sorted_p)
-    tok = int(torch.multinomial(probs.cpu(), 1, generator=gen))
-    return tok, float(logp[tok])
+def nucleus(probs: torch.Tensor, top_p: float, gen: torch.Generator | None) -> int:
+    """One row's token drawn within the smallest set of its most likely tokens reaching top_p."""
+    sorted_p, order = torch.sort(probs, descending=True)
+    cut = (sorted_p.cumsum(-1) - sorted_p) >= top_p  # keep the smallest set reaching top_p
+    sorted_p[cut] = 0.0
+    probs = torch.zeros_like(probs).scatter(0, order, sorted_p)
+    return int(torch.multinomial(probs.cpu(), 1, generator=gen))

@@ -158,10 +158,10 @@ def load_state(layout: Layout, cfg: RecipeConfig, resume: bool) -> State:
     return state
 
 
-def _load(path: Path):
+def _load(path: Path, device: str = "cpu"):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    return AutoModelForCausalLM.from_pretrained(path).to(device), AutoTokenizer.from_pretrained(path)
 
 
 def _save(model: Any, tokenizer: Any, path: Path) -> Path:
@@ -186,6 +186,11 @@ class RecipeRun:
         self.evaluate = evaluate
         self.state = load_state(self.layout, cfg, resume)
         self.state.save(self.layout.state)
+
+    @property
+    def train_device(self) -> str:
+        """Where SFT and TRL's GRPO train (Unsloth places its own model)."""
+        return "cuda" if self.cfg.on_gpu else "cpu"
 
     def _measure(self, model: Any, tokenizer: Any, phase: str, step: int, label: str) -> dict[str, Any]:
         ckpt = _save(model, tokenizer, self.layout.work / "eval-model")
@@ -266,9 +271,7 @@ class RecipeRun:
     def _sft(self) -> None:
         from rollgate.trainer_adapters.recipes.sft_phase import train_sft
 
-        model, tok = _load(self.layout.checkpoint("init"))
-        if self.cfg.on_gpu:
-            model.to("cuda")
+        model, tok = _load(self.layout.checkpoint("init"), self.train_device)
         tools = template_tools(self.cfg.env)
         examples = tokenize_records(tok, sft_records(self.layout.data / "sft.jsonl"), tools)
         every = self.cfg.sft.eval_every
@@ -277,8 +280,7 @@ class RecipeRun:
             if every and step % every == 0 and step >= self.cfg.sft.eval_from:
                 self._measure(model, tok, "sft", step, f"sft-step-{step}")
 
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        result = train_sft(model, examples, self.cfg.sft, pad_id=pad, seed=self.cfg.seed, on_step=on_step)
+        result = train_sft(model, examples, self.cfg.sft, pad_id=tok.pad_token_id, seed=self.cfg.seed, on_step=on_step)
         if not self.state.curve or self.state.curve[-1]["label"] != f"sft-step-{result.steps}":
             self._measure(model, tok, "sft", result.steps, f"sft-step-{result.steps}")
         self._greedy_reference(_save(model, tok, self.layout.checkpoint("sft")), "sft")
@@ -293,9 +295,7 @@ class RecipeRun:
 
             model, tok = load_policy(self.layout.checkpoint("sft"), max_seq_length=CONTEXT)
         else:
-            model, tok = _load(self.layout.checkpoint("sft"))
-            if self.cfg.on_gpu:
-                model.to("cuda")
+            model, tok = _load(self.layout.checkpoint("sft"), self.train_device)
         base = int(self.state.info["sft_steps"])
         every = self.cfg.grpo.eval_every
 

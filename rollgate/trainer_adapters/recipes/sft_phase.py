@@ -35,7 +35,7 @@ class SFTResult:
     tokens: int
 
 
-def batch_loss(model: Any, batch: Sequence[tuple[list[int], list[int]]], pad_id: int) -> tuple[Any, int]:
+def batch_loss(model: Any, batch: Sequence[tuple[list[int], list[int]]], pad_id: int | None) -> tuple[Any, int]:
     """Mean token loss over the batch's masked tokens (and how many there were)."""
     import torch
     import torch.nn.functional as F
@@ -44,7 +44,8 @@ def batch_loss(model: Any, batch: Sequence[tuple[list[int], list[int]]], pad_id:
     p = min(common_prefix([ids for ids, _ in batch]), min(len(ids) for ids, _ in batch) - 1)
     b = len(batch)
     width = max(len(ids) for ids, _ in batch) - p
-    suffix = torch.full((b, width), pad_id, dtype=torch.long)
+    # padded positions are masked out of attention and loss: any id will do where a tokenizer has none
+    suffix = torch.full((b, width), pad_id if pad_id is not None else 0, dtype=torch.long)
     labels = torch.full((b, width), -100, dtype=torch.long)
     attn = torch.zeros((b, p + width), dtype=torch.long)
     for row, (ids, mask) in enumerate(batch):
@@ -81,7 +82,7 @@ def train_sft(
     examples: Sequence[tuple[list[int], list[int]]],
     phase: SFTPhase,
     *,
-    pad_id: int,
+    pad_id: int | None,
     seed: int,
     on_step: OnStep | None = None,
 ) -> SFTResult:
