@@ -16,7 +16,14 @@ If the estimate were mostly signal, two batches' gradients would point the same 
 gives the mean pairwise cosine of the batch gradients, for the whole model and for each parameter
 tensor, and the norm of their mean against the mean norm of one (about sqrt(1/B) for pure noise, 1
 for pure signal). `benchmarks/results/bench_grpo_snr.json` keeps the figures of the default
-geometry, `bench_grpo_snr_<batches>x<prompts>x<generations>.json` those of any other."""
+geometry, `bench_grpo_snr_<batches>x<prompts>x<generations>.json` those of any other
+(`_<recipe>` appended for another recipe than tiny-math, `_<trainable>` for a `--trainable`).
+
+`--trainable` measures only the weights a GRPO phase would update (recipes/trainable.py: a
+pretrained model's full gradient costs a backward pass through all of it). For the final norm it
+also gives each batch's step along the norm's own scales: a uniform rescaling of the logits, which
+is what sampling at a lower temperature does (positive: the step sharpens). Its mean over the
+batches against their spread says whether a batch can tell which way to sharpen."""
 
 from __future__ import annotations
 
@@ -43,7 +50,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompts", type=cli.COUNT, default=16, help="tasks a batch (the recipe's GRPO step has 8)")
     p.add_argument("--generations", type=cli.COUNT, default=8, help="episodes a task (the GRPO group)")
     p.add_argument("--show", type=cli.COUNT, default=8, help="parameter tensors listed, by pairwise cosine")
+    p.add_argument(
+        "--trainable",
+        type=trainable_arg,
+        default="all",
+        help="the weights measured: all, norms, final_norm or top:N (a GRPO phase's `trainable`)",
+    )
     return p.parse_args(argv)
+
+
+def trainable_arg(text: str) -> str:
+    from rollgate.trainer_adapters.recipes.trainable import check_trainable
+
+    try:
+        return check_trainable(text, "--trainable")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def scale_steps(grads: list[Any], weights: Any) -> dict[str, Any]:
+    """Each batch's descent step (-gradient) projected on the unit vector of a norm's scales: how
+    far it would rescale the logits (positive: sharper). The mean over batches, their standard
+    deviation, and the share of the mean gradient's norm that lies along the scales."""
+    import torch
+
+    unit = weights.detach().reshape(-1).float()
+    unit = unit / unit.norm()
+    steps = [float(-(g @ unit)) for g in grads]
+    mean = torch.stack(grads).mean(0)
+    t = torch.tensor(steps, dtype=torch.float64)
+    return {
+        "per_batch": [round(x, 7) for x in steps],
+        "mean": round(float(t.mean()), 7),
+        "sd": round(float(t.std()), 7),
+        "share_of_mean_gradient": round(abs(float(mean @ unit)) / max(float(mean.norm()), 1e-30), 4),
+    }
 
 
 def advantages(rewards: list[float | None]) -> list[float]:
@@ -118,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     model = AutoModelForCausalLM.from_pretrained(ckpt)
     tok = AutoTokenizer.from_pretrained(ckpt)
     filler = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    if args.trainable != "all":
+        from rollgate.trainer_adapters.recipes.trainable import restrict_trainable
+
+        restrict_trainable(model, args.trainable)
     rows = read_rows(run / "data" / "train_tasks.jsonl")
     need = args.batches * args.prompts
     if len(rows) < need:
@@ -166,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         "pure_noise_ratio": round(1 / math.sqrt(len(grads)), 4),
     }
     whole["norm_ratio"] = round(whole["mean_of_batches_norm"] / whole["batch_norm_mean"], 4)
+    scale = None
+    if args.trainable == "final_norm":
+        scale = scale_steps(grads, next(p for p in model.parameters() if p.requires_grad))
     common.print_table(
         per_tensor[: args.show],
         ["tensor", "numel", "pairwise_cosine", "mean_grad_norm"],
@@ -175,8 +223,17 @@ def main(argv: list[str] | None = None) -> int:
         f"\nwhole model: mean pairwise cosine {whole['pairwise_cosine']:+.4f}; |mean of batches| / mean |batch| = "
         f"{whole['norm_ratio']:.3f} (pure noise {whole['pure_noise_ratio']:.3f}, pure signal 1)"
     )
+    if scale is not None:
+        print(
+            f"final norm, step along its scales (positive: sharper): mean {scale['mean']:+.2e}, sd {scale['sd']:.2e} "
+            f"over batches; {scale['share_of_mean_gradient']:.1%} of the mean gradient lies along them"
+        )
     default = (args.batches, args.prompts, args.generations) == (8, 16, 8)
     name = "bench_grpo_snr" if default else f"bench_grpo_snr_{args.batches}x{args.prompts}x{args.generations}"
+    if cfg.name != "tiny-math":
+        name += f"_{cfg.name}"
+    if args.trainable != "all":
+        name += "_" + args.trainable.replace(":", "")
     path = common.write_results(
         name,
         {
@@ -185,9 +242,11 @@ def main(argv: list[str] | None = None) -> int:
             "batches": args.batches,
             "prompts": args.prompts,
             "generations": args.generations,
+            "trainable": args.trainable,
             "collect_seconds": round(collect_s, 1),
             "per_batch": info,
             "whole_model": whole,
+            "final_norm_scale_steps": scale,
             "per_tensor": per_tensor,
         },
     )

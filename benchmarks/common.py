@@ -133,6 +133,16 @@ def print_table(rows: list[dict[str, Any]], columns: Sequence[str], title: str =
         print("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
 
 
+def run_command(name: str) -> str:
+    """The command that produced a result: the benchmark module that runs (a result file may be
+    named after its geometry), its arguments with the home directory written `~`."""
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else None
+    module = script.stem if script is not None else name
+    home = str(Path.home())
+    args = [a.replace(home, "~") if home != "/" else a for a in sys.argv[1:]]
+    return " ".join([Path(sys.executable).name, "-m", f"benchmarks.{module}", *args])
+
+
 def write_results(name: str, payload: dict[str, Any]) -> Path:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
@@ -140,7 +150,7 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
         "benchmark": name,
         "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
-        "command": " ".join([Path(sys.executable).name, "-m", f"benchmarks.{name}", *sys.argv[1:]]),
+        "command": run_command(name),
         **payload,
     }
     path.write_text(json.dumps(doc, indent=2) + "\n")

@@ -48,6 +48,7 @@ def test_every_benchmark_parser_builds_and_documents_its_flags(name, monkeypatch
         ("bench_model_server", ["--threads", "two"], "argument --threads: expected an integer, got 'two'"),
         ("bench_tool_choice", ["--tokens", "8"], "argument --tokens: must be >= 16, got 8"),
         ("bench_grpo_snr", ["--run", "x", "--batches", "1"], "argument --batches: must be >= 2, got 1"),
+        ("bench_grpo_snr", ["--run", "x", "--trainable", "top:0"], "argument --trainable: --trainable must be one of"),
         ("bench_real_model", ["--kv-rounds", "-1"], "argument --kv-rounds: must be >= 0, got -1"),
     ],
 )
@@ -78,3 +79,13 @@ def test_model_flags_and_lists_parse_to_values():
     a = p.parse_args(["--levels", "1,64,256", "--model", "/m"])
     assert (a.levels, a.device, a.threads, a.model) == ([1, 64, 256], "cpu", 2, "/m")
     assert cli.model_dir(a.model) == "/m"
+
+
+def test_a_result_names_the_module_that_ran_and_hides_the_home_directory(monkeypatch, tmp_path):
+    from benchmarks import common
+
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: tmp_path))
+    script = str(Path(common.__file__).with_name("bench_grpo_snr.py"))
+    monkeypatch.setattr("sys.argv", [script, "--model", f"{tmp_path}/models/m", "--batches", "6"])
+    command = common.run_command("bench_grpo_snr_6x8x8")
+    assert command.split()[1:] == ["-m", "benchmarks.bench_grpo_snr", "--model", "~/models/m", "--batches", "6"]

@@ -8,7 +8,13 @@ rows, the longest token prefix the rows' prompts share runs once (batch 1, with 
 key/value cache is repeated across the chunk, and only each row's own tokens run after it, right
 padded and at their true positions. With causal attention and RoPE this is the same computation as
 TRL's (same log-probabilities, same gradients, up to float rounding: tests check it), a few times
-cheaper. The log-probabilities come from TRL's fused LM head (temperature applied), as TRL's own do.
+cheaper.
+
+The output layer then scores only the completion's real tokens (`token_logps`), in chunks whose
+logits are recomputed in the backward pass instead of kept. TRL's fused LM head scores only the
+labelled positions on a GPU, but every position of the batch elsewhere (on a CPU: each row's own
+prompt tokens and its padding too, about three times the completion tokens of a SmolLM2 GRPO batch,
+over a 49k-word vocabulary). A model whose logits are scaled or soft-capped goes through TRL's head.
 """
 
 from __future__ import annotations
@@ -17,6 +23,67 @@ from typing import Any
 
 from rollgate.core.hf_compat import cache_kwarg, output_cache
 from rollgate.core.tokens import common_prefix
+
+# config fields that scale or cap the logits (TRL's fused head applies them; token_logps does not)
+LOGIT_TRANSFORMS = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "output_multiplier",
+    "lm_head_multiplier",
+    "logits_scaling",
+)
+HEAD_CHUNK = 1024  # positions whose logits one chunk holds: 1024 x 49k float32 words, 200 MB
+
+
+def plain_head(model: Any) -> bool:
+    """The model's logits are its output layer's, unscaled and uncapped (token_logps applies)."""
+    config = model.config.get_text_config()
+    return all(getattr(config, name, None) is None for name in LOGIT_TRANSFORMS)
+
+
+def _chunk_logps(hidden: Any, weight: Any, bias: Any, targets: Any, temperature: float, entropy: bool):
+    import torch
+
+    logits = hidden @ weight.t()
+    if bias is not None:
+        logits = logits + bias
+    logps = torch.log_softmax(logits.float() / temperature, dim=-1)
+    picked = logps.gather(1, targets.unsqueeze(1)).squeeze(1)
+    if not entropy:
+        return picked, None
+    return picked, -(logps.exp() * logps).sum(-1)
+
+
+def token_logps(
+    hidden: Any, head: Any, targets: Any, temperature: float, *, compute_entropy: bool = False, chunk: int = HEAD_CHUNK
+) -> tuple[Any, Any]:
+    """(log-probabilities [N], entropies [N] or None) of `targets` [N] under the output layer `head`
+    applied to `hidden` [N, d] at `temperature`. With gradients on, each chunk's logits are
+    recomputed in the backward pass (torch.utils.checkpoint), so memory holds one chunk's."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    weight, bias = head.weight, head.bias
+    lps, ents = [], []
+    for start in range(0, hidden.shape[0], chunk):
+        args = (
+            hidden[start : start + chunk],
+            weight,
+            bias,
+            targets[start : start + chunk],
+            temperature,
+            compute_entropy,
+        )
+        if torch.is_grad_enabled():
+            lp, ent = checkpoint(_chunk_logps, *args, use_reentrant=False)
+        else:
+            lp, ent = _chunk_logps(*args)
+        lps.append(lp)
+        ents.append(ent)
+    if not lps:
+        empty = hidden.new_zeros((0,), dtype=torch.float32)
+        return empty, (empty if compute_entropy else None)
+    return torch.cat(lps), (torch.cat(ents) if compute_entropy else None)
 
 
 def shared_prefix_logps(
@@ -27,11 +94,16 @@ def shared_prefix_logps(
     *,
     compute_entropy: bool = False,
     chunk: int = 16,
+    temperature: float = 1.0,
 ) -> tuple[Any, Any]:
-    """(log-probabilities [B, L], entropies [B, L] or None) of the last L = `logits_to_keep`
-    columns of `input_ids`, laid out as TRL lays out a batch: prompts left padded, then the
-    completions right padded (`attention_mask` 0 on padding). `model` carries TRL's fused LM head."""
+    """(log-probabilities [B, L], entropies [B, L] or None; 0 on padding) of the last L =
+    `logits_to_keep` columns of `input_ids`, laid out as TRL lays out a batch: prompts left padded,
+    then the completions right padded (`attention_mask` 0 on padding), at `temperature`. A model
+    whose logits are transformed (plain_head false) must carry TRL's fused LM head, patched with
+    the same temperature."""
     import torch
+
+    plain = plain_head(model)
 
     rows, width = input_ids.shape
     n = logits_to_keep
@@ -58,16 +130,31 @@ def shared_prefix_logps(
             attn[r, : p + a] = 1
             attn[r, p + a : p + a + n] = cmask
         kwargs: dict[str, Any] = {}
+        backbone = model.base_model
         if p > 0:
-            backbone = model.base_model
             pre = backbone(input_ids=prompts[idx[0]][:p].unsqueeze(0), use_cache=True)
             cache = output_cache(pre)
             cache.batch_repeat_interleave(b)
             kwargs[cache_kwarg(backbone)] = cache
             kwargs["position_ids"] = torch.arange(p, p + s).unsqueeze(0).expand(b, -1)
-        out = model(input_ids=suffix, attention_mask=attn, labels=labels, fused_lm_head=True, **kwargs)
-        # out.log_probs[:, t] scores suffix[t + 1]: row r's completion starts at own[r] - 1
+        # position t of the suffix scores suffix[t + 1]: row r's completion starts at own[r] - 1
         gather = (torch.tensor(own) - 1).unsqueeze(1) + torch.arange(n).unsqueeze(0)
+        if plain:
+            hidden = backbone(input_ids=suffix, attention_mask=attn, use_cache=False, **kwargs).last_hidden_state
+            valid = labels.gather(1, gather + 1) != -100  # [b, n]: the completion's real tokens
+            rows_at, cols_at = valid.nonzero(as_tuple=True)
+            lp, ent = token_logps(
+                hidden[rows_at, gather[rows_at, cols_at]],
+                model.get_output_embeddings(),
+                labels.gather(1, gather + 1)[rows_at, cols_at],
+                temperature,
+                compute_entropy=compute_entropy,
+            )
+            logps.append(torch.zeros((b, n), dtype=lp.dtype).index_put((rows_at, cols_at), lp))
+            if compute_entropy:
+                entropies.append(torch.zeros((b, n), dtype=ent.dtype).index_put((rows_at, cols_at), ent))
+            continue
+        out = model(input_ids=suffix, attention_mask=attn, labels=labels, fused_lm_head=True, **kwargs)
         logps.append(out.log_probs.gather(1, gather))
         if compute_entropy:
             entropies.append(out.entropy.gather(1, gather))
@@ -111,6 +198,7 @@ def shared_prefix_trainer(base: type) -> type:
                 logits_to_keep,
                 compute_entropy=compute_entropy,
                 chunk=batch_size or self.prefix_chunk,
+                temperature=self.temperature,
             )
             return logps, entropies, None
 
