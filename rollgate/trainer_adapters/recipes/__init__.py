@@ -90,9 +90,12 @@ RECIPES: dict[str, RecipeConfig] = {
         # sampled at 1.0 in training and evaluation, as tiny-math: the sampled policy's distance to
         # its greedy one is what GRPO can gain by sharpening (after 30 SFT steps: 0.65 at 1.0, 0.69
         # at 0.7, 0.72 greedy). A first SFT of 15 steps sampled mostly malformed tool calls at 1.0.
+        # 12 prompts x 8 a step (96 episodes): a step's gradient is mostly noise at 64
+        # (benchmarks/bench_grpo_snr.py), and since the loss scores only completion tokens
+        # (prefix_logps.token_logps) a step of 64 takes ~60 s, leaving the 45 minutes room for more.
         grpo=GRPOPhase(
             steps=16,
-            prompts_per_step=8,
+            prompts_per_step=12,
             num_generations=8,
             learning_rate=2e-2,
             temperature=1.0,
