@@ -58,6 +58,12 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     short.add_argument("--heldout-tasks", type=int, metavar="N", help="held-out tasks evaluated at each point")
     short.add_argument("--sft-epochs", type=float, metavar="E", help="passes over the gold demonstrations")
     short.add_argument("--rl-steps", type=int, metavar="N", help="GRPO steps")
+    short.add_argument(
+        "--rl-trainable",
+        metavar="WEIGHTS",
+        help="the weights GRPO updates: all, norms, final_norm, final_norm_scale (one number: a learned "
+        "temperature) or top:N",
+    )
     short.add_argument("--seed", type=int, metavar="S", help="seed of tasks, model and training")
 
 
@@ -105,6 +111,22 @@ def _overrides(cfg, args: argparse.Namespace):
         cfg = dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, epochs=args.sft_epochs))
     if args.rl_steps is not None:
         cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, steps=args.rl_steps))
+    trainable = getattr(args, "rl_trainable", None)
+    if trainable is not None:
+        from rollgate.trainer_adapters.recipes.trainable import check_trainable
+
+        try:
+            check_trainable(trainable, "--rl-trainable")
+        except ValueError as e:
+            raise BadRequest(str(e), component="train", field="--rl-trainable") from None
+        if trainable == "final_norm_scale" and cfg.grpo.mode == "async":
+            raise BadRequest(
+                "--rl-trainable final_norm_scale trains in --mode sync only (the served copy of an async run "
+                "takes the trainer's weights without the scale)",
+                component="train",
+                field="--rl-trainable",
+            )
+        cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, trainable=trainable))
     return cfg
 
 

@@ -253,11 +253,26 @@ def test_a_non_empty_out_dir_is_refused_unless_resuming(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"), [("--rl-steps", "0"), ("--train-tasks", "-1"), ("--heldout-tasks", "0"), ("--sft-epochs", "0")]
+    ("flag", "value"),
+    [
+        ("--rl-steps", "0"),
+        ("--train-tasks", "-1"),
+        ("--heldout-tasks", "0"),
+        ("--sft-epochs", "0"),
+        ("--rl-trainable", "lora"),
+    ],
 )
 def test_bad_overrides_name_their_flag(tmp_path, capsys, flag, value):
     assert main(["train", "--recipe", "tiny-math", "--out", str(tmp_path / "x"), flag, value]) == 2
     assert flag in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_learned_temperature_is_refused_in_async_mode(tmp_path, capsys):
+    argv = ["train", "--recipe", "tiny-math", "--out", str(tmp_path / "x"), "--mode", "async"]
+    assert main([*argv, "--rl-trainable", "final_norm_scale"]) == 2
+    err = capsys.readouterr().err
+    assert "--rl-trainable" in err and "sync" in err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no CUDA GPU is present")
@@ -284,7 +299,8 @@ def test_the_gpu_recipe_is_the_cpu_recipe_at_a_larger_grpo_budget():
     assert gpu.device == "cuda" and gpu.on_gpu and not cpu.on_gpu and gpu.grpo.backend == "unsloth"
     same = ("env", "model", "seed", "train_tasks", "heldout_tasks", "sft", "eval", "agent")
     assert all(getattr(gpu, f) == getattr(cpu, f) for f in same)
-    assert gpu.grpo.steps * gpu.grpo.prompts_per_step == 4 * cpu.grpo.steps * cpu.grpo.prompts_per_step
+    episodes = [r.grpo.steps * r.grpo.prompts_per_step * r.grpo.num_generations for r in (cpu, gpu)]
+    assert episodes[1] > 2 * episodes[0]  # a GPU's budget: 4,096 GRPO episodes against 1,536
     with pytest.raises(ValueError, match="device"):
         dataclasses.replace(cpu, device="tpu")
 
@@ -303,14 +319,16 @@ def test_screening_trains_grpo_on_the_tasks_it_can_learn_from_and_records_what_i
     assert m["rl_steps"] == 2 and m["config"]["grpo"]["screen_tasks"] == 6
 
 
-@pytest.mark.parametrize("trainable", ["final_norm", "norms", "all"])
+@pytest.mark.parametrize("trainable", ["final_norm", "final_norm_scale", "norms", "all"])
 def test_grpo_updates_only_the_weights_its_trainable_setting_names(trained, monkeypatch, tmp_path, trainable):
     """One GRPO step through TRL's GRPOTrainer with `grpo.trainable`. A few-step SFT model scores 0
     on every episode, and equal rewards give no update to observe, so the reward function alone is
     replaced (a fake: alternate episodes score 1, every group's advantages differ); the episodes,
     tokens and trainer are the real ones. "final_norm" moves the last normalization scale (the
-    one the output layer reads) and nothing else, "norms" every normalization scale and nothing
-    else; "all", the control, moves the rest too. Frozen weights are thawed after the phase."""
+    one the output layer reads) and nothing else; "final_norm_scale" the same scales by one common
+    factor, folded into them after the phase (no parameter of its own left behind); "norms" every
+    normalization scale and nothing else; "all", the control, moves the rest too. Frozen weights
+    are thawed after the phase."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rollgate.trainer_adapters import trl as trl_adapter
@@ -339,6 +357,11 @@ def test_grpo_updates_only_the_weights_its_trainable_setting_names(trained, monk
     if trainable == "final_norm":
         assert moved == {"model.norm.weight"}  # Qwen2's final norm, before the output layer
         assert result.trainable_parameters == before["model.norm.weight"].numel()
+    elif trainable == "final_norm_scale":
+        assert moved == {"model.norm.weight"} and result.trainable_parameters == 1
+        ratio = model.get_parameter("model.norm.weight") / before["model.norm.weight"]
+        assert float(ratio.std()) < 1e-5 and abs(float(ratio.mean()) - 1) > 1e-6
+        assert set(dict(model.named_parameters())) == set(before)
     elif trainable == "norms":
         assert moved == norms
         assert result.trainable_parameters == sum(before[n].numel() for n in norms)
@@ -351,3 +374,32 @@ def test_grpo_updates_only_the_weights_its_trainable_setting_names(trained, monk
 def test_an_unknown_trainable_setting_is_refused():
     with pytest.raises(ValueError, match="trainable"):
         GRPOPhase(trainable="lora")
+
+
+def test_a_checkpoint_saved_while_the_scale_trains_holds_it_folded(tiny_model_dir, tmp_path):
+    """While "final_norm_scale" trains, the model's logits are its norm's output times the scale;
+    a checkpoint written then (plain_state_dict: a mid-phase evaluation's) loads into a plain model
+    that gives the same logits, and release() leaves the model itself the same."""
+    from transformers import AutoModelForCausalLM
+
+    from rollgate.trainer_adapters.recipes.trainable import SCALE, plain_state_dict, restrict_trainable
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids = torch.tensor([[1, 5, 9, 14, 3]])
+    with torch.no_grad():
+        plain = model(input_ids=ids).logits
+    restriction = restrict_trainable(model, "final_norm_scale")
+    (scale,) = [p for p in model.parameters() if p.requires_grad]
+    with torch.no_grad():
+        scale.fill_(1.7)
+        scaled = model(input_ids=ids).logits
+    torch.testing.assert_close(scaled, plain * 1.7, atol=1e-4, rtol=1e-4)
+    state = plain_state_dict(model)
+    assert not any(k.endswith(SCALE) for k in state)
+    reloaded = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    reloaded.load_state_dict(state)
+    restriction.release()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=ids).logits, scaled, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(model(input_ids=ids).logits, scaled, atol=1e-4, rtol=1e-4)
+    assert all(p.requires_grad for p in model.parameters()) and not hasattr(model.model.norm, SCALE)

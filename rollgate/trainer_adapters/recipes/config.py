@@ -54,10 +54,14 @@ class GRPOPhase:
     # a CPU budget's batch sizes the policy-gradient estimate is noise in almost every direction;
     # the final norm's scale is the one it agrees on from batch to batch
     # (benchmarks/bench_grpo_snr.py), and a full-parameter step follows the noise.
+    # "final_norm_scale" trains that scale alone (a learned temperature: sharpening only).
     trainable: str = "all"
 
     def __post_init__(self) -> None:
         check_trainable(self.trainable, "GRPOPhase.trainable")
+        if self.trainable == "final_norm_scale" and self.mode == "async":
+            # the served copy takes the trainer's state dict, which holds the scale apart
+            raise ValueError("GRPOPhase.trainable 'final_norm_scale' trains in mode 'sync' only")
 
 
 @dataclass(frozen=True)

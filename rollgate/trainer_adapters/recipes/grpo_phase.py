@@ -195,9 +195,9 @@ def train_grpo(
                 model.train(was)
             last[0] = time.perf_counter()
 
-    frozen = restrict_trainable(model, g.trainable)
+    restriction = restrict_trainable(model, g.trainable)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    if frozen:
+    if restriction.frozen:
         total = sum(p.numel() for p in model.parameters())
         log.info("grpo updates the %s only: %d of %d numbers", g.trainable, trainable, total)
     try:
@@ -218,8 +218,7 @@ def train_grpo(
     finally:
         rollout_func.run_async(rollgate.aclose())
         rollout_func.close()
-        for p in frozen:
-            p.requires_grad_(True)
+        restriction.release()
     model.eval()
     stats = getattr(rollout_func, "stats", None)
     return GRPOResult(

@@ -166,10 +166,11 @@ def _load(path: Path, device: str = "cpu"):
 
 def _save(model: Any, tokenizer: Any, path: Path) -> Path:
     from rollgate.model_server.tiny import make_world_readable
+    from rollgate.trainer_adapters.recipes.trainable import plain_state_dict
 
     tmp = path.with_name(path.name + ".part")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, state_dict=plain_state_dict(model))
     tokenizer.save_pretrained(tmp)
     make_world_readable(tmp)
     shutil.rmtree(path, ignore_errors=True)

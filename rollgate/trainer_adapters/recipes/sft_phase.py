@@ -94,7 +94,7 @@ def train_sft(
     rng = random.Random(seed)
     per_epoch = max(1, len(examples) // phase.batch_size)
     total = max(1, math.ceil(per_epoch * phase.epochs))
-    frozen = restrict_trainable(model, phase.trainable)
+    restriction = restrict_trainable(model, phase.trainable)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=phase.learning_rate, weight_decay=0.0)
     model.train()
@@ -123,6 +123,5 @@ def train_sft(
             on_step(step + 1, loss_value)
             model.train()
     model.eval()
-    for p in frozen:
-        p.requires_grad_(True)
+    restriction.release()
     return SFTResult(steps=total, final_loss=loss_value, seconds=time.perf_counter() - started, tokens=tokens)
