@@ -113,20 +113,10 @@ def _overrides(cfg, args: argparse.Namespace):
         cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, steps=args.rl_steps))
     trainable = getattr(args, "rl_trainable", None)
     if trainable is not None:
-        from rollgate.trainer_adapters.recipes.trainable import check_trainable
-
-        try:
-            check_trainable(trainable, "--rl-trainable")
+        try:  # GRPOPhase checks the value, and that final_norm_scale runs in sync mode
+            cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, trainable=trainable))
         except ValueError as e:
-            raise BadRequest(str(e), component="train", field="--rl-trainable") from None
-        if trainable == "final_norm_scale" and cfg.grpo.mode == "async":
-            raise BadRequest(
-                "--rl-trainable final_norm_scale trains in --mode sync only (the served copy of an async run "
-                "takes the trainer's weights without the scale)",
-                component="train",
-                field="--rl-trainable",
-            )
-        cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, trainable=trainable))
+            raise BadRequest(f"--rl-trainable {trainable}: {e}", component="train", field="--rl-trainable") from None
     return cfg
 
 

@@ -141,12 +141,12 @@ def shared_prefix_logps(
         gather = (torch.tensor(own) - 1).unsqueeze(1) + torch.arange(n).unsqueeze(0)
         if plain:
             hidden = backbone(input_ids=suffix, attention_mask=attn, use_cache=False, **kwargs).last_hidden_state
-            valid = labels.gather(1, gather + 1) != -100  # [b, n]: the completion's real tokens
-            rows_at, cols_at = valid.nonzero(as_tuple=True)
+            targets = labels.gather(1, gather + 1)  # [b, n]: the completion, -100 on its padding
+            rows_at, cols_at = (targets != -100).nonzero(as_tuple=True)
             lp, ent = token_logps(
                 hidden[rows_at, gather[rows_at, cols_at]],
                 model.get_output_embeddings(),
-                labels.gather(1, gather + 1)[rows_at, cols_at],
+                targets[rows_at, cols_at],
                 temperature,
                 compute_entropy=compute_entropy,
             )
