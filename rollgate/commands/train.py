@@ -64,6 +64,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         help="the weights GRPO updates: all, norms, final_norm, final_norm_scale (one number: a learned "
         "temperature) or top:N",
     )
+    short.add_argument("--rl-learning-rate", type=float, metavar="LR", help="GRPO's learning rate (AdamW)")
     short.add_argument("--seed", type=int, metavar="S", help="seed of tasks, model and training")
 
 
@@ -111,6 +112,11 @@ def _overrides(cfg, args: argparse.Namespace):
         cfg = dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, epochs=args.sft_epochs))
     if args.rl_steps is not None:
         cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, steps=args.rl_steps))
+    lr = getattr(args, "rl_learning_rate", None)
+    if lr is not None:
+        if not lr > 0:
+            raise BadRequest(f"--rl-learning-rate must be > 0, got {lr}", component="train", field="--rl-learning-rate")
+        cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, learning_rate=lr))
     trainable = getattr(args, "rl_trainable", None)
     if trainable is not None:
         try:  # GRPOPhase checks the value, and that final_norm_scale runs in sync mode

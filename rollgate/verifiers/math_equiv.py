@@ -39,8 +39,8 @@ class Equivalence:
     reason: str  # "numeric", "symbolic", "unparseable", "timeout", "mismatch", ...
 
 
-def _strip_lhs(text: str) -> str:
-    # "x = 5" -> "5": an answer written as an equation is graded by its right-hand side.
+def strip_lhs(text: str) -> str:
+    """ "x = 5" -> "5": an answer written as an equation is graded by its right-hand side."""
     return text.rsplit("=", 1)[-1] if re.match(r"^\s*[A-Za-z]\w*\s*=", text) else text
 
 
@@ -51,7 +51,7 @@ def _close(a: complex, b: complex, rel_tol: float, abs_tol: float) -> bool:
 def _numeric(text: str) -> int | Fraction | float | None:
     """The value of a constant answer by the exact evaluator (no sympy), or None."""
     try:
-        return evaluate(to_python_syntax(_strip_lhs(text)))
+        return evaluate(to_python_syntax(strip_lhs(text)))
     except ExprError:
         return None
 
@@ -75,11 +75,11 @@ def _compare(given: str, expected: str, rel_tol: float, abs_tol: float) -> Equiv
     if fast is not None:
         return fast
     try:
-        want = to_sympy(parse(_strip_lhs(expected), symbols=True, latex=True))
+        want = to_sympy(parse(strip_lhs(expected), symbols=True, latex=True))
     except ExprError as exc:
         return _by_math_verify(given, expected, f"expected answer {expected!r} is not a valid expression: {exc}")
     try:
-        got = to_sympy(parse(_strip_lhs(given), symbols=True, latex=True))
+        got = to_sympy(parse(strip_lhs(given), symbols=True, latex=True))
     except (ExprError, TypeError, ValueError, ZeroDivisionError) as exc:
         eq = _by_math_verify(given, expected, None)
         return eq if eq.equal else Equivalence(False, f"unparseable: {exc}")

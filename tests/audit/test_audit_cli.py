@@ -31,8 +31,8 @@ raises = audit_plugin:RaisingProbe
 bad_script = audit_plugin:BadScriptProbe
 broken_import = no_such_module_xyz:Probe
 """
-PROBES = ["floor", "reference", "numbers", "candidates", "answer_lines", "echo", "raises", "bad_script"]
-PROBES += ["broken_import", "no_such_probe"]
+PROBES = ["floor", "reference", "numbers", "candidates", "answer_lines", "echo", "question_expression", "raises"]
+PROBES += ["bad_script", "broken_import", "no_such_probe"]
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_strict_math_is_clean_on_the_same_probes(audit):
     _, report, _ = audit
     probes = report["envs"]["math"]["probes"]
     assert probes["reference"]["mean"] == 1.0
-    for name in ("floor", "numbers", "candidates", "answer_lines", "echo"):
+    for name in ("floor", "numbers", "candidates", "answer_lines", "echo", "question_expression"):
         assert probes[name]["verdict"] == "clean", (name, probes[name])
     assert not any(f.startswith("math:") for f in report["flagged"])
 

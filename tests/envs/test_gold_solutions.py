@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rollgate.core.schemas import VerifyRequest
+from rollgate.verifiers.mathexpr import evaluate, format_number
 from tests.envs.gold import example_rows, replay, runtime
 
 ENVS = ["math", "workplace", "game2048", "wordle"]
@@ -42,8 +43,9 @@ async def test_math_wrong_answer_gets_zero():
     for row in example_rows("math"):
         sid = (await rt.seed(row)).session_id
         await replay(rt, sid, row["gold"]["calls"])
-        wrong = f"Answer: ({row['expected_answer']}) + 1".replace("^", "**")
-        result = await rt.verify(sid, VerifyRequest(response=wrong))
+        expected = row["expected_answer"]  # a wrong value written in the right form
+        wrong = expected.replace("x^2", "2x^2") if "x" in expected else format_number(evaluate(expected) + 1)
+        result = await rt.verify(sid, VerifyRequest(response=f"Answer: {wrong}"))
         assert result.reward == 0.0, (row["task_id"], result)
 
 

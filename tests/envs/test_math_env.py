@@ -133,3 +133,26 @@ async def test_structured_answers_are_graded_in_the_environments_own_grader(expe
     finally:
         await rt.env.aclose()  # the environment owns its grading workers and stops them
     assert rt.env.grader._pool is None
+
+
+@pytest.mark.parametrize(
+    "question, expected, restated",
+    [
+        ("Compute (12 + 34) * 5 - 10.", "220", "(12 + 34) * 5 - 10"),
+        ("What is 5/3 + 5/12? Give the result as a fraction in lowest terms.", "25/12", "5/3 + 5/12"),
+        ("Expand (x + 3)(x - 1) and write the result as a polynomial in x.", "x^2 + 2x - 3", "(x + 3)(x - 1)"),
+    ],
+)
+async def test_the_questions_own_expression_as_the_answer_earns_nothing(question, expected, restated):
+    # Equal to the expected answer, but the work the question asks for is not done: a policy that
+    # copies the expression into its answer line must not be paid (audit probe question_expression).
+    rt = runtime("math")
+    try:
+        row = {"responses_create_params": {"input": question}, "env": "math", "expected_answer": expected}
+        for response, reward in ((f"Answer: {restated}", 0.0), (f"Answer: {expected}", 1.0)):
+            sid = (await rt.seed(row)).session_id
+            result = await rt.verify(sid, VerifyRequest(response=response))
+            assert result.reward == reward, (response, result)
+            assert result.metrics["match"].startswith("form: ") == (reward == 0.0), result.metrics
+    finally:
+        await rt.env.aclose()

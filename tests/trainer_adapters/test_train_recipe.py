@@ -260,6 +260,8 @@ def test_a_non_empty_out_dir_is_refused_unless_resuming(tmp_path, capsys):
         ("--heldout-tasks", "0"),
         ("--sft-epochs", "0"),
         ("--rl-trainable", "lora"),
+        ("--rl-learning-rate", "0"),
+        ("--rl-learning-rate", "-0.5"),
     ],
 )
 def test_bad_overrides_name_their_flag(tmp_path, capsys, flag, value):

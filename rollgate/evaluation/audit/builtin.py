@@ -100,6 +100,28 @@ class Numbers(Probe):
         return [{"text": f"The numbers are {', '.join(nums)}.\n{ctx.final(nums[-1])}"}]
 
 
+# A run of numbers, one letter variables, operators and brackets with an operator inside it:
+# "(12 + 34) * 5 - 10", "5/3 + 5/12", "(x + 3)(x - 1)".
+_EXPRESSION = re.compile(r"[-(\d][-\d\sx+*/^().]*[\dx)]")
+
+
+class QuestionExpression(Probe):
+    name = "question_expression"
+    description = "the question's own expression (its longest run of numbers and operators) as the final answer"
+
+    def _expression(self, ctx) -> str | None:
+        runs = [r.strip() for r in _EXPRESSION.findall(ctx.question)]
+        runs = [r for r in runs if re.search(r"\d", r) and re.search(r"[\d)x]\s*[-+*/^(]\s*[\d(x]", r)]
+        return max(runs, key=len) if runs else None
+
+    def applies(self, ctx):
+        return None if self._expression(ctx) else "the question holds no expression"
+
+    def script(self, ctx):
+        expr = self._expression(ctx)
+        return [{"text": f"{expr}\n{ctx.final(expr)}"}]
+
+
 class Candidates(Probe):
     name, uses_gold = "candidates", True
     description = "many candidate answers in one reply (the gold one among them), all as the final answer"
@@ -145,28 +167,8 @@ class JudgeInjection(Probe):
 
 # --- the gold answer in other formats ------------------------------------------------------------
 
-_ONES = [
-    "zero",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-    "thirteen",
-    "fourteen",
-    "fifteen",
-    "sixteen",
-    "seventeen",
-    "eighteen",
-    "nineteen",
-]
+_ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+_ONES += ["eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
 _TENS = ["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
 
 
@@ -355,6 +357,7 @@ SHIPPED: list[type[Probe]] = [
     QuestionWord,
     Garbage,
     Numbers,
+    QuestionExpression,
     Candidates,
     AnswerLines,
     AnswerOnly,

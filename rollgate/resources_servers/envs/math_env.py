@@ -6,8 +6,10 @@ whitelist (rollgate.verifiers.mathexpr), never `eval`; anything else, or a resul
 (`9**9**9`), is an error output.
 
 Reward: 1.0 when the final answer is numerically or symbolically equal (sympy) to the row's
-`expected_answer`, else 0. The final answer is the last `\\boxed{...}`, else the last
-`Answer: ...` line, else the last number of the response (rollgate.verifiers.answers).
+`expected_answer` and written in its form (a value for a number or a fraction, an expanded
+polynomial for one: rollgate.verifiers.answer_form), else 0. The final answer is the last
+`\\boxed{...}`, else the last `Answer: ...` line, else the last number of the response
+(rollgate.verifiers.answers).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rollgate.core.schemas import JsonInt, TaskRow, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import Environment, ToolError, final_response_text, tool
 from rollgate.resources_servers.envs.math_problems import generate
+from rollgate.verifiers.answer_form import form_mismatch
 from rollgate.verifiers.answers import extract_final_answer
 from rollgate.verifiers.compose import weighted_sum
 from rollgate.verifiers.math_equiv import constant_equivalence, looks_structured
@@ -103,8 +106,11 @@ class MathEnv(Environment):
 
     async def verify(self, state: MathState, request: VerifyRequest) -> VerifyResult:
         answer = extract_final_answer(final_response_text(request))
+        form = None if answer is None else form_mismatch(answer, state.expected_answer)
         if answer is None:
             eq_reason, equal = "no answer found", False
+        elif form is not None:  # the question's own expression restated, an unreduced fraction, ...
+            eq_reason, equal = f"form: {form}", False
         else:
             # Constant answers (the common case) compare inline: bounded and cheaper than a thread
             # hand-off. sympy work runs in the grader's worker processes, under its time limit.
