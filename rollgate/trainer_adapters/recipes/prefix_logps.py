@@ -86,6 +86,23 @@ def token_logps(
     return torch.cat(lps), (torch.cat(ents) if compute_entropy else None)
 
 
+def after_prefix(model: Any, prefix: Any, rows: int, width: int) -> dict[str, Any]:
+    """The keyword arguments that run `rows` suffixes of `width` tokens after `prefix` (1-D token
+    ids the rows share): the prefix runs here once (batch 1, with gradients), its key/value cache
+    repeated across the rows, and the suffixes' true positions. Empty for an empty prefix. SFT's
+    loss and GRPO's log-probabilities both run their batches this way."""
+    import torch
+
+    p = len(prefix)
+    if p == 0:
+        return {}
+    backbone = model.base_model
+    cache = output_cache(backbone(input_ids=prefix.unsqueeze(0), use_cache=True))
+    cache.batch_repeat_interleave(rows)
+    positions = torch.arange(p, p + width, device=prefix.device).unsqueeze(0).expand(rows, -1)
+    return {cache_kwarg(backbone): cache, "position_ids": positions}
+
+
 def shared_prefix_logps(
     model: Any,
     input_ids: Any,
@@ -129,18 +146,12 @@ def shared_prefix_logps(
             labels[r, a : a + n] = completion.masked_fill(cmask == 0, -100)
             attn[r, : p + a] = 1
             attn[r, p + a : p + a + n] = cmask
-        kwargs: dict[str, Any] = {}
-        backbone = model.base_model
-        if p > 0:
-            pre = backbone(input_ids=prompts[idx[0]][:p].unsqueeze(0), use_cache=True)
-            cache = output_cache(pre)
-            cache.batch_repeat_interleave(b)
-            kwargs[cache_kwarg(backbone)] = cache
-            kwargs["position_ids"] = torch.arange(p, p + s).unsqueeze(0).expand(b, -1)
+        kwargs = after_prefix(model, prompts[idx[0]][:p], b, s)
         # position t of the suffix scores suffix[t + 1]: row r's completion starts at own[r] - 1
         gather = (torch.tensor(own) - 1).unsqueeze(1) + torch.arange(n).unsqueeze(0)
         if plain:
-            hidden = backbone(input_ids=suffix, attention_mask=attn, use_cache=False, **kwargs).last_hidden_state
+            out = model.base_model(input_ids=suffix, attention_mask=attn, use_cache=False, **kwargs)
+            hidden = out.last_hidden_state
             targets = labels.gather(1, gather + 1)  # [b, n]: the completion, -100 on its padding
             rows_at, cols_at = (targets != -100).nonzero(as_tuple=True)
             lp, ent = token_logps(

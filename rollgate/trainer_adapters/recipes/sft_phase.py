@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rollgate.core.hf_compat import cache_kwarg, output_cache
 from rollgate.core.tokens import common_prefix
 from rollgate.trainer_adapters.recipes.config import SFTPhase
+from rollgate.trainer_adapters.recipes.prefix_logps import after_prefix
 from rollgate.trainer_adapters.recipes.trainable import restrict_trainable
 
 log = logging.getLogger("rollgate.train")
@@ -57,16 +57,8 @@ def batch_loss(model: Any, batch: Sequence[tuple[list[int], list[int]]], pad_id:
     # every chat transcript (a user or system token), so dropping that one prediction loses no loss.
     device = model.get_output_embeddings().weight.device  # the CPU, or the GPU of a GPU run
     suffix, labels, attn = suffix.to(device), labels.to(device), attn.to(device)
-    backbone = model.base_model
-    if p > 0:
-        pre = backbone(input_ids=torch.tensor([batch[0][0][:p]], device=device), use_cache=True)
-        cache = output_cache(pre)
-        cache.batch_repeat_interleave(b)
-        positions = torch.arange(p, p + width, device=device).unsqueeze(0).expand(b, -1)
-        kw = {cache_kwarg(backbone): cache}
-        out = backbone(input_ids=suffix, attention_mask=attn, position_ids=positions, **kw)
-    else:
-        out = backbone(input_ids=suffix, attention_mask=attn)
+    shared = after_prefix(model, torch.tensor(batch[0][0][:p], device=device), b, width)
+    out = model.base_model(input_ids=suffix, attention_mask=attn, **shared)
     # The output layer runs on the predicted tokens only (the assistant's): on a 49k-token
     # vocabulary it costs as much as a few decoder layers for each position it scores.
     target = labels[:, 1:]
