@@ -1,7 +1,8 @@
 """Reward functions and their composition. Small modules, one job each:
 
 answers (final-answer extraction), strings (exact / normalised match), mathexpr (safe expressions),
-math_equiv (numeric / symbolic equivalence; math-verify for sets, intervals, matrices), math_grader
+math_equiv (numeric / symbolic equivalence; math-verify for sets, intervals, matrices), answer_form
+(is an equal answer written in the expected form: a value, not the question's expression), math_grader
 (the worker processes that run it under a time limit), toolcalls (function-call comparison), structured
 (JSON schema checks), state (expected-subset-of-actual), judge (LLM-as-judge), compose
 (weighted_sum, gate).
@@ -19,6 +20,7 @@ _EXPORTS = {
     "gate": "compose",
     "weighted_sum": "compose",
     "check_equivalence": "math_equiv",
+    "form_mismatch": "answer_form",
     "math_equivalent": "math_equiv",
     "MathGrader": "math_grader",
     "compare_state": "state",

@@ -39,14 +39,19 @@ def _number(node: ast.expr) -> bool:
     return isinstance(n, ast.Constant) and type(n.value) in (int, float)
 
 
-def _fraction(node: ast.expr) -> tuple[int, int] | None:
-    """(numerator, denominator) of a literal fraction: 25/12, -25/12, (-25)/12."""
+def _fraction(node: ast.expr) -> bool:
+    """A literal fraction: 25/12, -25/12, (-25)/12."""
     n = _unsigned(node)
-    if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div):
-        top, bottom = _unsigned(n.left), n.right
-        if all(isinstance(v, ast.Constant) and type(v.value) is int for v in (top, bottom)):
-            return top.value, bottom.value
-    return None
+    return (
+        isinstance(n, ast.BinOp)
+        and isinstance(n.op, ast.Div)
+        and all(isinstance(v, ast.Constant) and type(v.value) is int for v in (_unsigned(n.left), n.right))
+    )
+
+
+def _value(node: ast.expr) -> bool:
+    """A number or a literal fraction: what a task whose answer is a value asks for."""
+    return _number(node) or _fraction(node)
 
 
 def _terms(node: ast.expr) -> list[ast.expr]:
@@ -58,9 +63,9 @@ def _terms(node: ast.expr) -> list[ast.expr]:
 
 def _power(term: ast.expr) -> tuple[str, int] | None:
     """(variable, exponent) of x, x**2, 3*x, 3*x**2 (coefficient a literal); ("", 0) for a number."""
-    if _number(term) or _fraction(term):
+    if _value(term):
         return "", 0
-    if isinstance(term, ast.BinOp) and isinstance(term.op, ast.Mult) and (_number(term.left) or _fraction(term.left)):
+    if isinstance(term, ast.BinOp) and isinstance(term.op, ast.Mult) and _value(term.left):
         term = term.right
     if isinstance(term, ast.Name):
         return term.id, 1
@@ -87,8 +92,8 @@ def form_mismatch(given: str, expected: str) -> str | None:
     want, got = _tree(expected), _tree(given)
     if want is None or got is None:
         return None
-    if _number(want) or _fraction(want):
-        if _number(got) or _fraction(got):
+    if _value(want):
+        if _value(got):
             return None
         return "not a value: the answer must be a number or a fraction, not an expression to evaluate"
     if _polynomial(want) and not _polynomial(got):

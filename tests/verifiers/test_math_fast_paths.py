@@ -110,7 +110,13 @@ def test_random_integer_answers_grade_like_the_full_comparison():
         ("5/4", "Answer: 5/4", 1.0, "exact"),
         ("5/4", "Answer: 1.25", 1.0, "numeric"),
         ("5/4", "Answer: 2", 0.0, "exact"),
-        ("5/4", "Answer: x", 0.0, "form: not a value"),  # refused before any comparison
+        # a symbol for a number: refused by its form before any comparison
+        (
+            "5/4",
+            "Answer: x",
+            0.0,
+            "form: not a value: the answer must be a number or a fraction, not an expression to evaluate",
+        ),
         # symbols: graded by the sympy path on a worker thread
         ("x^2 + 2x - 3", "Answer: 2x + x^2 - 3", 1.0, "symbolic"),
         ("x^2 + 2x - 3", "Answer: x^2 + 2x - 4", 0.0, "mismatch"),
@@ -123,4 +129,4 @@ async def test_math_env_grades_inline_and_sympy_answers_alike(expected, response
     ).session_id
     out = await rt.verify(sid, VerifyRequest(response=response))
     assert out.reward == reward
-    assert out.metrics["match"].startswith(match)
+    assert out.metrics["match"] == match

@@ -106,10 +106,10 @@ class MathEnv(Environment):
 
     async def verify(self, state: MathState, request: VerifyRequest) -> VerifyResult:
         answer = extract_final_answer(final_response_text(request))
-        form = None if answer is None else form_mismatch(answer, state.expected_answer)
         if answer is None:
             eq_reason, equal = "no answer found", False
-        elif form is not None:  # the question's own expression restated, an unreduced fraction, ...
+        elif (form := form_mismatch(answer, state.expected_answer)) is not None:
+            # equal or not, not what was asked: the question's own expression restated, say
             eq_reason, equal = f"form: {form}", False
         else:
             # Constant answers (the common case) compare inline: bounded and cheaper than a thread
