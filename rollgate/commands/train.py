@@ -65,7 +65,41 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         "temperature) or top:N",
     )
     short.add_argument("--rl-learning-rate", type=float, metavar="LR", help="GRPO's learning rate (AdamW)")
+    short.add_argument(
+        "--rl-set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="set any GRPO setting of the recipe (a field of GRPOPhase: docs/trainers/recipes.md), e.g. "
+        "screen_tasks=128 or norm_learning_rate=2e-2; repeatable",
+    )
     short.add_argument("--seed", type=int, metavar="S", help="seed of tasks, model and training")
+
+
+def _grpo_settings(items: list[str], grpo) -> dict:
+    """`--rl-set FIELD=VALUE` items as GRPOPhase fields, each VALUE read as its field's type."""
+    from rollgate.core.errors import BadRequest
+
+    types = {f.name: f.type for f in dataclasses.fields(grpo)}
+    readers = {"int": int, "float": float, "float | None": float, "str": str}
+    out = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or name not in types:
+            raise BadRequest(
+                f"--rl-set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(sorted(types))}",
+                component="train",
+                field="--rl-set",
+            )
+        read = readers.get(str(types[name]), str)
+        try:
+            out[name] = read(text.strip())
+        except ValueError:
+            raise BadRequest(
+                f"--rl-set {name}: {text.strip()!r} is not a {types[name]}", component="train", field="--rl-set"
+            ) from None
+    return out
 
 
 def _overrides(cfg, args: argparse.Namespace):
@@ -112,17 +146,19 @@ def _overrides(cfg, args: argparse.Namespace):
         cfg = dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, epochs=args.sft_epochs))
     if args.rl_steps is not None:
         cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, steps=args.rl_steps))
-    lr = getattr(args, "rl_learning_rate", None)
-    if lr is not None:
-        if not lr > 0:
-            raise BadRequest(f"--rl-learning-rate must be > 0, got {lr}", component="train", field="--rl-learning-rate")
-        cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, learning_rate=lr))
-    trainable = getattr(args, "rl_trainable", None)
-    if trainable is not None:
-        try:  # GRPOPhase checks the value, and that final_norm_scale runs in sync mode
-            cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, trainable=trainable))
+    # GRPOPhase checks each value (and that final_norm_scale runs in sync mode); the error names the flag
+    for flag, settings in [
+        ("--rl-learning-rate", {"learning_rate": getattr(args, "rl_learning_rate", None)}),
+        ("--rl-trainable", {"trainable": getattr(args, "rl_trainable", None)}),
+        ("--rl-set", _grpo_settings(getattr(args, "rl_set", None) or [], cfg.grpo)),
+    ]:
+        settings = {k: v for k, v in settings.items() if v is not None}
+        if not settings:
+            continue
+        try:
+            cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, **settings))
         except ValueError as e:
-            raise BadRequest(f"--rl-trainable {trainable}: {e}", component="train", field="--rl-trainable") from None
+            raise BadRequest(f"{flag}: {e}", component="train", field=flag) from None
     return cfg
 
 

@@ -262,6 +262,11 @@ def test_a_non_empty_out_dir_is_refused_unless_resuming(tmp_path, capsys):
         ("--rl-trainable", "lora"),
         ("--rl-learning-rate", "0"),
         ("--rl-learning-rate", "-0.5"),
+        ("--rl-set", "steps"),
+        ("--rl-set", "nope=1"),
+        ("--rl-set", "screen_tasks=many"),
+        ("--rl-set", "screen_samples=1"),
+        ("--rl-set", "norm_learning_rate=0"),
     ],
 )
 def test_bad_overrides_name_their_flag(tmp_path, capsys, flag, value):
@@ -308,11 +313,15 @@ def test_the_gpu_recipe_is_the_cpu_recipe_at_a_larger_grpo_budget():
 
 
 def test_screening_trains_grpo_on_the_tasks_it_can_learn_from_and_records_what_it_kept(tmp_path, monkeypatch):
-    grpo = dataclasses.replace(SHORT.grpo, screen_tasks=6, screen_samples=2, eval_every=0)
+    """Screening and the final norm's own rate, set from the command line (`--rl-set`)."""
+    grpo = dataclasses.replace(SHORT.grpo, eval_every=0)
     monkeypatch.setitem(recipes.RECIPES, "tiny-math", dataclasses.replace(SHORT, grpo=grpo))
     out = tmp_path / "screened"
-    assert main(["train", "--recipe", "tiny-math", "--out", str(out)]) == 0
+    settings = ["screen_tasks=6", "screen_samples=2", "norm_learning_rate=1e-2"]
+    argv = ["train", "--recipe", "tiny-math", "--out", str(out), "--rl-trainable", "top:1"]
+    assert main([*argv, *(a for s in settings for a in ("--rl-set", s))]) == 0
     m = json.loads((out / "metrics.json").read_text())
+    assert m["config"]["grpo"]["norm_learning_rate"] == 1e-2 and m["config"]["grpo"]["trainable"] == "top:1"
     s = m["rl_screening"]
     assert s["screened"] == 6 and s["samples"] == 2
     assert s["kept"] + s["all_solved"] + s["all_failed"] == 6
@@ -321,41 +330,46 @@ def test_screening_trains_grpo_on_the_tasks_it_can_learn_from_and_records_what_i
     assert m["rl_steps"] == 2 and m["config"]["grpo"]["screen_tasks"] == 6
 
 
-@pytest.mark.parametrize("trainable", ["final_norm", "final_norm_scale", "norms", "all"])
-def test_grpo_updates_only_the_weights_its_trainable_setting_names(trained, monkeypatch, tmp_path, trainable):
-    """One GRPO step through TRL's GRPOTrainer with `grpo.trainable`. A few-step SFT model scores 0
-    on every episode, and equal rewards give no update to observe, so the reward function alone is
-    replaced (a fake: alternate episodes score 1, every group's advantages differ); the episodes,
-    tokens and trainer are the real ones. "final_norm" moves the last normalization scale (the
-    one the output layer reads) and nothing else; "final_norm_scale" the same scales by one common
-    factor, folded into them after the phase (no parameter of its own left behind); "norms" every
-    normalization scale and nothing else; "all", the control, moves the rest too. Frozen weights
-    are thawed after the phase."""
+def one_grpo_step(trained: Path, monkeypatch, tmp_path: Path, **grpo) -> tuple:
+    """One GRPO step through TRL's GRPOTrainer on the shortened run's SFT model, with `grpo`'s
+    settings. A few-step SFT model scores 0 on every episode, and equal rewards give no update to
+    observe, so the reward function alone is replaced (a fake: alternate episodes score 1, every
+    group's advantages differ); the episodes, tokens and trainer are the real ones. Returns the
+    model, its weights before the step, and the phase's result."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rollgate.trainer_adapters import trl as trl_adapter
     from rollgate.trainer_adapters.recipes.data import read_rows
     from rollgate.trainer_adapters.recipes.grpo_phase import train_grpo
-    from rollgate.trainer_adapters.recipes.trainable import is_norm
 
     def alternating(prompts=None, completions=None, rollgate_reward=None, **_):
         return [float(i % 2) for i in range(len(rollgate_reward))]
 
     monkeypatch.setattr(trl_adapter, "rollgate_reward", alternating)
-    cfg = dataclasses.replace(
-        SHORT, grpo=dataclasses.replace(SHORT.grpo, steps=1, learning_rate=1e-2, trainable=trainable)
-    )
+    cfg = dataclasses.replace(SHORT, grpo=dataclasses.replace(SHORT.grpo, steps=1, **grpo))
     model = AutoModelForCausalLM.from_pretrained(trained / "work" / "sft-model")
     tok = AutoTokenizer.from_pretrained(trained / "work" / "sft-model")
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    result = train_grpo(cfg, model, tok, read_rows(trained / "data" / "train_tasks.jsonl"), tmp_path / "grpo")
+    assert result.steps == 1
+    return model, before, result
+
+
+@pytest.mark.parametrize("trainable", ["final_norm", "final_norm_scale", "norms", "all"])
+def test_grpo_updates_only_the_weights_its_trainable_setting_names(trained, monkeypatch, tmp_path, trainable):
+    """One GRPO step (one_grpo_step) with `grpo.trainable`. "final_norm" moves the last
+    normalization scale (the one the output layer reads) and nothing else; "final_norm_scale" the
+    same scales by one common factor, folded into them after the phase (no parameter of its own
+    left behind); "norms" every normalization scale and nothing else; "all", the control, moves the
+    rest too. Frozen weights are thawed after the phase."""
+    from rollgate.trainer_adapters.recipes.trainable import is_norm
+
+    model, before, result = one_grpo_step(trained, monkeypatch, tmp_path, learning_rate=1e-2, trainable=trainable)
     norms = {
         f"{mn}.{pn}" for mn, m in model.named_modules() if is_norm(m) for pn, _ in m.named_parameters(recurse=False)
     }
     assert norms and len(norms) < len(before)
-    rows = read_rows(trained / "data" / "train_tasks.jsonl")
-    result = train_grpo(cfg, model, tok, rows, tmp_path / "grpo")
     moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
-    assert result.steps == 1
     if trainable == "final_norm":
         assert moved == {"model.norm.weight"}  # Qwen2's final norm, before the output layer
         assert result.trainable_parameters == before["model.norm.weight"].numel()
@@ -371,6 +385,21 @@ def test_grpo_updates_only_the_weights_its_trainable_setting_names(trained, monk
         assert moved - norms, "a full-parameter step moved no weight outside the norms"
         assert result.trainable_parameters == sum(p.numel() for p in before.values())
     assert all(p.requires_grad for p in model.parameters())
+
+
+def test_the_final_norm_steps_at_its_own_rate_beside_the_top_layers(trained, monkeypatch, tmp_path):
+    """`norm_learning_rate`: with top:1 trained at 1e-6 and the final norm at 1e-2, one AdamW step
+    moves each weight by about its own rate (Adam's first step is ~lr per weight): the norm's
+    scales by ~1e-2, the top layer's weights by ~1e-6, the layers below not at all."""
+    model, before, _ = one_grpo_step(
+        trained, monkeypatch, tmp_path, learning_rate=1e-6, norm_learning_rate=1e-2, trainable="top:1"
+    )
+    step = {n: float((p.detach() - before[n]).abs().max()) for n, p in model.named_parameters()}
+    top = len(model.model.layers) - 1
+    layer = [v for n, v in step.items() if n.startswith(f"model.layers.{top}.")]
+    below = [v for n, v in step.items() if n.startswith("model.layers.") and not n.startswith(f"model.layers.{top}.")]
+    assert 5e-3 < step["model.norm.weight"] <= 1.1e-2
+    assert 0 < max(layer) <= 1.1e-6 and max(below) == 0
 
 
 def test_an_unknown_trainable_setting_is_refused():

@@ -56,9 +56,23 @@ class GRPOPhase:
     # (benchmarks/bench_grpo_snr.py), and a full-parameter step follows the noise.
     # "final_norm_scale" trains that scale alone (a learned temperature: sharpening only).
     trainable: str = "all"
+    # The final norm's scales at their own rate when `trainable` trains more than them (top:N, all;
+    # None: the phase's rate). Their one direction batches agree on, the sampling temperature,
+    # tolerates steps of ~1e-2 that would wreck a decoder layer's weights, whose directions need
+    # ~1e-5 at a CPU budget's batch sizes (benchmarks/bench_grpo_snr.py).
+    norm_learning_rate: float | None = None
 
     def __post_init__(self) -> None:
         check_trainable(self.trainable, "GRPOPhase.trainable")
+        for name in ("learning_rate", "norm_learning_rate"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"GRPOPhase.{name} must be > 0, got {value}")
+        if self.screen_tasks < 0 or self.screen_samples < 2:
+            raise ValueError(
+                f"GRPOPhase.screen_tasks must be >= 0 and screen_samples >= 2 (a task needs two samples to "
+                f"disagree), got {self.screen_tasks} and {self.screen_samples}"
+            )
         if self.trainable == "final_norm_scale" and self.mode == "async":
             # the served copy takes the trainer's state dict, which holds the scale apart
             raise ValueError("GRPOPhase.trainable 'final_norm_scale' trains in mode 'sync' only")

@@ -100,6 +100,29 @@ def screen(rollout_func: Any, rollgate: Any, rows: list[dict[str, Any]], cfg: Re
     return kept, info
 
 
+def optimizer(model: Any, args: Any, g: Any) -> Any:
+    """None (the trainer builds its AdamW from `args`), or, with `g.norm_learning_rate`, an AdamW
+    whose final-norm scales step at that rate and the other trainable weights at the phase's."""
+    if g.norm_learning_rate is None:
+        return None
+    import torch
+
+    from rollgate.trainer_adapters.recipes.trainable import trainable_parameters
+
+    norm = {id(p) for p in trainable_parameters(model, "final_norm")}
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if id(p) not in norm], "lr": g.learning_rate},
+        {"params": [p for p in params if id(p) in norm], "lr": g.norm_learning_rate},
+    ]
+    return torch.optim.AdamW(
+        [group for group in groups if group["params"]],
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+        weight_decay=args.weight_decay,
+    )
+
+
 def train_grpo(
     cfg: RecipeConfig,
     model: Any,
@@ -211,6 +234,7 @@ def train_grpo(
             train_dataset=rollout_func.tasks.dataset() if train_rows is rows else TaskIndex(train_rows).dataset(),
             processing_class=tokenizer,
             rollout_func=rollout_func,
+            optimizers=(optimizer(model, args, g), None),
             # async: push the new weights first, so the batches collected during evaluation use them
             callbacks=([weight_push_callback(rollgate, model)] if asynchronous else []) + [Steps()],
         )
