@@ -12,11 +12,17 @@ off the expected answer:
 
 Any other expected answer (`2*sqrt(3)`, sets, intervals) sets no form, and an answer the grammar
 cannot read (`18 dollars`) is left to the equivalence check, which reads it its own way.
+
+A task can also ask for a form by name (a math row's `answer_form`), which the expected answer
+alone cannot say: a row expecting `5/4` may well accept `1.25`, but one whose question asks for "a
+fraction in lowest terms" pays neither `1.25` (the calculator's decimal, which skips the reducing
+the task is about) nor `10/8` (`asked_form_mismatch`).
 """
 
 from __future__ import annotations
 
 import ast
+from math import gcd
 
 from rollgate.verifiers.math_equiv import strip_lhs
 from rollgate.verifiers.mathexpr import ExprError, parse
@@ -98,4 +104,26 @@ def form_mismatch(given: str, expected: str) -> str | None:
         return "not a value: the answer must be a number or a fraction, not an expression to evaluate"
     if _polynomial(want) and not _polynomial(got):
         return "not an expanded polynomial"
+    return None
+
+
+LOWEST_TERMS = "lowest_terms"  # an integer, or a fraction p/q with no common factor
+ASKED_FORMS = (LOWEST_TERMS,)
+
+
+def asked_form_mismatch(given: str, form: str) -> str | None:
+    """Why `given` is not in the form a task asks for by name (one of ASKED_FORMS), or None."""
+    if form != LOWEST_TERMS:
+        raise ValueError(f"unknown answer form {form!r}; known: {', '.join(ASKED_FORMS)}")
+    tree = _tree(given)
+    n = _unsigned(tree) if tree is not None else None
+    if isinstance(n, ast.Constant) and type(n.value) is int:
+        return None
+    if tree is None or not _fraction(tree):
+        return "not a fraction in lowest terms: the task asks for one (a decimal or an expression is not)"
+    p, q = abs(_unsigned(n.left).value), n.right.value
+    if q == 0:
+        return "not a fraction: its denominator is 0"
+    if gcd(p, q) != 1 or q == 1:
+        return f"not in lowest terms: {p}/{q} can be reduced"
     return None

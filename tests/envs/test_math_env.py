@@ -156,3 +156,48 @@ async def test_the_questions_own_expression_as_the_answer_earns_nothing(question
             assert result.metrics["match"].startswith("form: ") == (reward == 0.0), result.metrics
     finally:
         await rt.env.aclose()
+
+
+@pytest.mark.parametrize(
+    "response, reward, why, plain",
+    [
+        ("5/3 + 5/12 = 25/12\nAnswer: 25/12", 1.0, None, 1.0),
+        ("The sum is \\boxed{\\frac{25}{12}}.", 1.0, None, 1.0),
+        ("Answer: 2.0833333333", 0.0, "not a fraction in lowest terms", 1.0),  # the calculator's decimal
+        ("Answer: 50/24", 0.0, "not in lowest terms: 50/24", 1.0),
+        ("Answer: 26/12", 0.0, "not in lowest terms: 26/12", 0.0),  # reducible and wrong: the form is named
+        ("Answer: 13/6", 0.0, None, 0.0),  # reduced, and wrong
+    ],
+)
+async def test_a_row_that_asks_for_lowest_terms_pays_only_a_reduced_fraction(response, reward, why, plain):
+    """`answer_form: lowest_terms` (the generator's fractions questions set it): the calculator's
+    decimal for 5/3 + 5/12 is equal to 25/12 but skips the reducing the task is about."""
+    rt = runtime("math")
+    question = "What is 5/3 + 5/12? Give the result as a fraction in lowest terms."
+    row = {"responses_create_params": {"input": question}, "expected_answer": "25/12", "answer_form": "lowest_terms"}
+    sid = (await rt.seed(row)).session_id
+    result = await rt.verify(sid, VerifyRequest(response=response))
+    assert result.reward == reward, (response, result)
+    assert result.metrics["match"].startswith(f"form: {why}") == (why is not None), result.metrics
+    # the same answers without the field: graded by equivalence (and the value form) alone
+    sid = (await rt.seed({k: v for k, v in row.items() if k != "answer_form"})).session_id
+    result = await rt.verify(sid, VerifyRequest(response=response))
+    assert result.reward == plain, (response, result)
+
+
+async def test_an_unknown_answer_form_is_a_bad_request_naming_the_field():
+    rt = runtime("math")
+    with pytest.raises(BadRequest) as exc:
+        await rt.seed({"responses_create_params": {"input": "q"}, "expected_answer": "1/2", "answer_form": "decimal"})
+    assert "answer_form" in str(exc.value)
+
+
+def test_the_generators_fractions_questions_ask_for_lowest_terms_and_their_gold_answers_are():
+    from rollgate.resources_servers.envs.math_env import example_tasks
+    from rollgate.verifiers.answer_form import asked_form_mismatch
+
+    rows = example_tasks(70, seed=3)
+    fractions = [r for r in rows if r["category"] == "fractions"]
+    assert fractions and all(r["answer_form"] == "lowest_terms" for r in fractions)
+    assert all("answer_form" not in r for r in rows if r["category"] != "fractions")
+    assert all(asked_form_mismatch(r["expected_answer"], "lowest_terms") is None for r in fractions)

@@ -63,6 +63,26 @@ def test_the_cached_checkpoint_is_reused(built):
     assert (path / "model.safetensors").stat().st_mtime_ns == before
 
 
+def test_grpo_settings_are_not_part_of_the_sft_checkpoint(built):
+    """The demo serves the SFT phase's checkpoint: a recipe differing only in GRPO settings (a new
+    GRPOPhase field, say) reuses it, one differing in SFT's does not."""
+    from rollgate.trainer_adapters.recipes.demo_model import is_current
+
+    path, excluded, _ = built
+    grpo = dataclasses.replace(SHORT, grpo=dataclasses.replace(SHORT.grpo, steps=99, norm_learning_rate=1e-2))
+    sft = dataclasses.replace(SHORT, sft=dataclasses.replace(SHORT.sft, learning_rate=1e-3))
+    assert is_current(path, SHORT, excluded) and is_current(path, grpo, excluded)
+    assert not is_current(path, sft, excluded)
+    # a stamp written with the GRPO settings (as the shipped one was) reads the same
+    stamp = json.loads((path / STAMP).read_text())
+    assert "grpo" not in stamp["config"]
+    (path / STAMP).write_text(json.dumps(stamp | {"config": stamp["config"] | {"grpo": SHORT.grpo.__dict__}}))
+    try:
+        assert is_current(path, SHORT, excluded)
+    finally:
+        (path / STAMP).write_text(json.dumps(stamp))
+
+
 def test_other_settings_or_exclusions_rebuild(built, tmp_path):
     path, excluded, _ = built
     copy = tmp_path / path.name

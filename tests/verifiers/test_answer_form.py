@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollgate.verifiers.answer_form import form_mismatch
+from rollgate.verifiers.answer_form import LOWEST_TERMS, asked_form_mismatch, form_mismatch
 
 
 @pytest.mark.parametrize(
@@ -47,3 +47,30 @@ def test_answers_in_the_expected_form_pass(given, expected):
 )
 def test_the_questions_expression_restated_is_refused_with_the_reason(given, expected, reason):
     assert reason in (form_mismatch(given, expected) or "")
+
+
+@pytest.mark.parametrize(
+    "given, reason",
+    [
+        ("25/12", None),
+        ("-25/12", None),
+        ("\\frac{25}{12}", None),
+        ("2", None),
+        ("50/24", "not in lowest terms: 50/24 can be reduced"),
+        ("\\frac{50}{24}", "not in lowest terms: 50/24 can be reduced"),
+        ("4/1", "not in lowest terms: 4/1 can be reduced"),
+        ("3/0", "not a fraction: its denominator is 0"),
+        ("2.0833333333", "not a fraction in lowest terms"),
+        ("5/3 + 5/12", "not a fraction in lowest terms"),
+        ("x/2", "not a fraction in lowest terms"),
+        ("25/12 dollars", "not a fraction in lowest terms"),
+    ],
+)
+def test_lowest_terms_asks_for_an_integer_or_a_reduced_fraction(given, reason):
+    got = asked_form_mismatch(given, LOWEST_TERMS)
+    assert got == reason if reason is None else got.startswith(reason), got
+
+
+def test_an_unknown_asked_form_is_an_error():
+    with pytest.raises(ValueError, match="lowest_terms"):
+        asked_form_mismatch("1/2", "decimal")

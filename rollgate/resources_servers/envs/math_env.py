@@ -7,7 +7,9 @@ whitelist (rollgate.verifiers.mathexpr), never `eval`; anything else, or a resul
 
 Reward: 1.0 when the final answer is numerically or symbolically equal (sympy) to the row's
 `expected_answer` and written in its form (a value for a number or a fraction, an expanded
-polynomial for one: rollgate.verifiers.answer_form), else 0. The final answer is the last
+polynomial for one: rollgate.verifiers.answer_form) and in the form the row's optional
+`answer_form` asks for (`lowest_terms`: an integer or a reduced fraction, as the generator's
+fractions questions ask), else 0. The final answer is the last
 `\\boxed{...}`, else the last `Answer: ...` line, else the last number of the response
 (rollgate.verifiers.answers).
 """
@@ -16,14 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollgate.core.schemas import JsonInt, TaskRow, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import Environment, ToolError, final_response_text, tool
 from rollgate.resources_servers.envs.math_problems import generate
-from rollgate.verifiers.answer_form import form_mismatch
+from rollgate.verifiers.answer_form import LOWEST_TERMS, asked_form_mismatch, form_mismatch
 from rollgate.verifiers.answers import extract_final_answer
 from rollgate.verifiers.compose import weighted_sum
 from rollgate.verifiers.math_equiv import constant_equivalence, looks_structured
@@ -63,9 +65,16 @@ class MathRow(BaseModel):
                     raise ValueError(f"{value[:80]!r} is not a valid expression: {exc}") from None
         return value
 
+    answer_form: Literal["lowest_terms"] | None = Field(
+        None,
+        description="a form the question asks for that the expected answer alone cannot say: 'lowest_terms', "
+        "an integer or a fraction with no common factor (a decimal or an unreduced fraction earns 0)",
+    )
+
 
 class MathState(BaseModel):
     expected_answer: str
+    answer_form: str | None = None
     calculator_calls: int = 0
     history: list[str] = Field(default_factory=list)
 
@@ -86,7 +95,8 @@ class MathEnv(Environment):
 
     def seed(self, task: TaskRow, rng: random.Random) -> MathState:
         # the runtime validated the row with MathRow
-        return MathState(expected_answer=str(task.env_fields["expected_answer"]))
+        fields = task.env_fields
+        return MathState(expected_answer=str(fields["expected_answer"]), answer_form=fields.get("answer_form"))
 
     @tool
     def calculator(
@@ -104,11 +114,18 @@ class MathEnv(Environment):
             state.history.append(f"{expression} = {result}")
         return result
 
+    @staticmethod
+    def _form_mismatch(answer: str, state: MathState) -> str | None:
+        form = form_mismatch(answer, state.expected_answer)
+        if form is None and state.answer_form is not None:
+            form = asked_form_mismatch(answer, state.answer_form)
+        return form
+
     async def verify(self, state: MathState, request: VerifyRequest) -> VerifyResult:
         answer = extract_final_answer(final_response_text(request))
         if answer is None:
             eq_reason, equal = "no answer found", False
-        elif (form := form_mismatch(answer, state.expected_answer)) is not None:
+        elif (form := self._form_mismatch(answer, state)) is not None:
             # equal or not, not what was asked: the question's own expression restated, say
             eq_reason, equal = f"form: {form}", False
         else:
@@ -144,6 +161,7 @@ def example_tasks(n: int, seed: int) -> list[dict[str, Any]]:
                 "category": p.category,
                 "question": p.question,
                 "expected_answer": p.answer,
+                **({"answer_form": LOWEST_TERMS} if p.category == "fractions" else {}),
                 "gold": {
                     "calls": [{"name": "calculator", "arguments": {"expression": e}} for e in p.calls],
                     "response": f"{p.working}\nAnswer: {p.answer}",

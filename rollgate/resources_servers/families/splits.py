@@ -70,9 +70,10 @@ def take(
 
 
 def row_key(env: str, row: dict[str, Any]) -> str:
-    """A row's content: everything but its id, its reference solution and, where the row carries its
-    whole task, its seed."""
-    drop = {"task_id", "gold", "split", "env"} | ({"seed"} if env in SEED_IS_BOOKKEEPING else set())
+    """A row's content: everything but its id, its reference solution, how its answer must be
+    written (`answer_form`: its question says so already, and a row that gains the field stays the
+    same task in the same split) and, where the row carries its whole task, its seed."""
+    drop = {"task_id", "gold", "split", "env", "answer_form"} | ({"seed"} if env in SEED_IS_BOOKKEEPING else set())
     return env + "|" + canonical({k: v for k, v in row.items() if k not in drop})
 
 

@@ -37,14 +37,20 @@ Progress = Callable[[str], None]
 
 
 def stamp_of(cfg: RecipeConfig, exclude_keys: Iterable[str]) -> dict[str, Any]:
-    """What a cached checkpoint was built from; any change rebuilds it."""
+    """What a cached checkpoint was built from; any change rebuilds it. The checkpoint is the SFT
+    phase's, so the recipe's GRPO settings are not part of it."""
     keys = sorted(set(exclude_keys))
     return {
         "recipe": cfg.name,
-        "config": json.loads(json.dumps(cfg.as_dict())),
+        "config": _sft_config(cfg.as_dict()),
         "tiny_recipe_version": RECIPE_VERSION,
         "excluded": hashlib.sha256("\n".join(keys).encode()).hexdigest(),
     }
+
+
+def _sft_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A recipe's settings as JSON, less its GRPO phase's (a stamp written with them reads the same)."""
+    return json.loads(json.dumps({k: v for k, v in config.items() if k != "grpo"}))
 
 
 def train_rows(cfg: RecipeConfig, exclude_keys: set[str]) -> list[dict[str, Any]]:
@@ -140,4 +146,7 @@ def is_current(path: Path, cfg: RecipeConfig, exclude_keys: Iterable[str]) -> bo
         raw = json.loads((path / STAMP).read_text())
     except (OSError, ValueError):
         return False
+    if not isinstance(raw, dict) or not isinstance(raw.get("config"), dict):
+        return False
+    raw = raw | {"config": _sft_config(raw["config"])}
     return is_model_dir(path) and {k: raw.get(k) for k in want} == want
