@@ -25,7 +25,10 @@ SHORT = dataclasses.replace(
     train_tasks=8,
     heldout_tasks=4,
     sft=dataclasses.replace(FULL.sft, epochs=1.0, batch_size=4, eval_every=0),
-    grpo=dataclasses.replace(FULL.grpo, steps=1, prompts_per_step=2, num_generations=2, eval_every=1),
+    # the recipe's screening, top layers and the final norm's own rate, on a few tasks
+    grpo=dataclasses.replace(
+        FULL.grpo, steps=1, prompts_per_step=2, num_generations=2, eval_every=1, screen_tasks=4, screen_samples=2
+    ),
 )
 
 
@@ -56,6 +59,7 @@ def test_the_shortened_real_model_recipe_writes_every_file(trained):
     for c in m["comparisons"]:
         assert c["tasks"] <= 4 and set(c["mean_reward"]) >= {"diff", "ci"}
     assert m["targets"]["rl_gain_min"] == 0.05
+    assert m["rl_screening"]["screened"] == 4 and m["rl_trainable"] == FULL.grpo.trainable
     assert (trained / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (trained / "model" / "model.safetensors").is_file()
 

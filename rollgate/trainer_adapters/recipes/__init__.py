@@ -90,17 +90,24 @@ RECIPES: dict[str, RecipeConfig] = {
         # sampled at 1.0 in training and evaluation, as tiny-math: the sampled policy's distance to
         # its greedy one is what GRPO can gain by sharpening (after 30 SFT steps: 0.65 at 1.0, 0.69
         # at 0.7, 0.72 greedy). A first SFT of 15 steps sampled mostly malformed tool calls at 1.0.
-        # 12 prompts x 8 a step (96 episodes): a step's gradient is mostly noise at 64
-        # (benchmarks/bench_grpo_snr.py), and since the loss scores only completion tokens
-        # (prefix_logps.token_logps) a step of 64 takes ~60 s, leaving the 45 minutes room for more.
+        # GRPO trains the top 2 decoder layers at 5e-5 and the final norm's scales at 2e-2: the
+        # norm's one reliable direction (the sampling temperature) takes large steps, the layers'
+        # directions, which batches agree on less (benchmarks/bench_grpo_snr.py: cosine 0.18 between
+        # 64-episode batches), small ones. Screening first (128 training tasks x 4 samples) keeps
+        # the tasks the post-SFT policy sometimes solves and sometimes fails (41 of 128): 7 of 12
+        # groups a step had no contrast without it, 2 to 4 with it. 14 steps of 12 prompts x 8
+        # (the loss scores only completion tokens: prefix_logps.token_logps).
         grpo=GRPOPhase(
-            steps=16,
+            steps=14,
             prompts_per_step=12,
             num_generations=8,
-            learning_rate=2e-2,
+            learning_rate=5e-5,
+            norm_learning_rate=2e-2,
+            screen_tasks=128,
+            screen_samples=4,
             temperature=1.0,
             eval_every=0,  # measured at the end only: each 200-task point costs ~3 minutes of the 45
-            trainable="final_norm",
+            trainable="top:2",
             max_completion_length=192,
         ),
         eval=EvalPlan(k=1, temperature=1.0, greedy_reference=True),
