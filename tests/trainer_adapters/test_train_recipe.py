@@ -307,7 +307,7 @@ def test_the_gpu_recipe_is_the_cpu_recipe_at_a_larger_grpo_budget():
     same = ("env", "model", "seed", "train_tasks", "heldout_tasks", "sft", "eval", "agent")
     assert all(getattr(gpu, f) == getattr(cpu, f) for f in same)
     episodes = [r.grpo.steps * r.grpo.prompts_per_step * r.grpo.num_generations for r in (cpu, gpu)]
-    assert episodes[1] > 2 * episodes[0]  # a GPU's budget: 4,096 GRPO episodes against 1,536
+    assert episodes[1] > 2 * episodes[0]  # a GPU's budget: 4,096 GRPO episodes against 1,344
     with pytest.raises(ValueError, match="device"):
         dataclasses.replace(cpu, device="tpu")
 

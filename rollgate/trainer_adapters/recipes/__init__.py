@@ -125,7 +125,7 @@ RECIPES: dict[str, RecipeConfig] = {
 
 # smollm2-math at a GPU's budget (`rollgate train --recipe smollm2-math-gpu`, a CUDA GPU and unsloth):
 # the same tasks, SFT and held-out plan, SFT and every evaluation on the GPU, and a GRPO phase
-# through Unsloth with 128 episodes a step and twice the steps (2.7 times the CPU recipe's episodes).
+# through Unsloth with 128 episodes a step and 32 steps (3 times the CPU recipe's episodes).
 RECIPES["smollm2-math-gpu"] = replace(
     RECIPES["smollm2-math"],
     name="smollm2-math-gpu",
