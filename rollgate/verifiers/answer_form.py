@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 from math import gcd
+from typing import Literal, get_args
 
 from rollgate.verifiers.math_equiv import strip_lhs
 from rollgate.verifiers.mathexpr import ExprError, parse
@@ -45,19 +46,19 @@ def _number(node: ast.expr) -> bool:
     return isinstance(n, ast.Constant) and type(n.value) in (int, float)
 
 
-def _fraction(node: ast.expr) -> bool:
-    """A literal fraction: 25/12, -25/12, (-25)/12."""
+def _fraction(node: ast.expr) -> tuple[int, int] | None:
+    """(numerator, denominator) of a literal fraction, signs dropped: 25/12, -25/12, (-25)/12."""
     n = _unsigned(node)
-    return (
-        isinstance(n, ast.BinOp)
-        and isinstance(n.op, ast.Div)
-        and all(isinstance(v, ast.Constant) and type(v.value) is int for v in (_unsigned(n.left), n.right))
-    )
+    if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div):
+        top, bottom = _unsigned(n.left), n.right
+        if all(isinstance(v, ast.Constant) and type(v.value) is int for v in (top, bottom)):
+            return top.value, bottom.value
+    return None
 
 
 def _value(node: ast.expr) -> bool:
     """A number or a literal fraction: what a task whose answer is a value asks for."""
-    return _number(node) or _fraction(node)
+    return _number(node) or _fraction(node) is not None
 
 
 def _terms(node: ast.expr) -> list[ast.expr]:
@@ -107,8 +108,12 @@ def form_mismatch(given: str, expected: str) -> str | None:
     return None
 
 
-LOWEST_TERMS = "lowest_terms"  # an integer, or a fraction p/q with no common factor
-ASKED_FORMS = (LOWEST_TERMS,)
+AskedForm = Literal["lowest_terms"]  # a math row's `answer_form` (MathRow publishes the choices)
+ASKED_FORMS: tuple[str, ...] = get_args(AskedForm)
+LOWEST_TERMS: AskedForm = "lowest_terms"  # an integer, or a fraction p/q with no common factor
+
+
+_NOT_LOWEST_TERMS = "not a fraction in lowest terms: the task asks for one (a decimal or an expression is not)"
 
 
 def asked_form_mismatch(given: str, form: str) -> str | None:
@@ -116,12 +121,13 @@ def asked_form_mismatch(given: str, form: str) -> str | None:
     if form != LOWEST_TERMS:
         raise ValueError(f"unknown answer form {form!r}; known: {', '.join(ASKED_FORMS)}")
     tree = _tree(given)
-    n = _unsigned(tree) if tree is not None else None
-    if isinstance(n, ast.Constant) and type(n.value) is int:
+    if tree is None:
+        return _NOT_LOWEST_TERMS
+    if _number(tree) and type(_unsigned(tree).value) is int:
         return None
-    if tree is None or not _fraction(tree):
-        return "not a fraction in lowest terms: the task asks for one (a decimal or an expression is not)"
-    p, q = abs(_unsigned(n.left).value), n.right.value
+    if (parts := _fraction(tree)) is None:
+        return _NOT_LOWEST_TERMS
+    p, q = parts
     if q == 0:
         return "not a fraction: its denominator is 0"
     if gcd(p, q) != 1 or q == 1:

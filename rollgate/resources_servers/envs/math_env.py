@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollgate.core.schemas import JsonInt, TaskRow, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import Environment, ToolError, final_response_text, tool
 from rollgate.resources_servers.envs.math_problems import generate
-from rollgate.verifiers.answer_form import LOWEST_TERMS, asked_form_mismatch, form_mismatch
+from rollgate.verifiers.answer_form import LOWEST_TERMS, AskedForm, asked_form_mismatch, form_mismatch
 from rollgate.verifiers.answers import extract_final_answer
 from rollgate.verifiers.compose import weighted_sum
 from rollgate.verifiers.math_equiv import constant_equivalence, looks_structured
@@ -65,7 +65,7 @@ class MathRow(BaseModel):
                     raise ValueError(f"{value[:80]!r} is not a valid expression: {exc}") from None
         return value
 
-    answer_form: Literal["lowest_terms"] | None = Field(
+    answer_form: AskedForm | None = Field(
         None,
         description="a form the question asks for that the expected answer alone cannot say: 'lowest_terms', "
         "an integer or a fraction with no common factor (a decimal or an unreduced fraction earns 0)",
