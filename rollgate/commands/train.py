@@ -159,6 +159,12 @@ def _overrides(cfg, args: argparse.Namespace):
             cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, **settings))
         except ValueError as e:
             raise BadRequest(f"{flag}: {e}", component="train", field=flag) from None
+    if cfg.train_tasks < cfg.grpo.prompts_per_step:  # TRL would find no full batch and train 0 steps
+        raise BadRequest(
+            f"--train-tasks {cfg.train_tasks} is fewer than a GRPO step's {cfg.grpo.prompts_per_step} prompts",
+            component="train",
+            field="--train-tasks",
+        )
     return cfg
 
 

@@ -402,6 +402,50 @@ def test_the_final_norm_steps_at_its_own_rate_beside_the_top_layers(trained, mon
     assert 0 < max(layer) <= 1.1e-6 and max(below) == 0
 
 
+def test_a_step_is_one_batch_under_a_grpo_config_with_other_defaults(trained, monkeypatch, tmp_path):
+    """Unsloth swaps TRL's GRPOConfig for a subclass with defaults of its own (gradient accumulation
+    2, weight decay 0.001, 8-bit AdamW, a warm-up): on an H200 each step of smollm2-math-gpu took
+    2 x 128 episodes. Unsloth imports only on a CUDA GPU, so a subclass with those defaults stands in
+    for it here. The phase sets TRL's values itself: a step is one batch of prompts x samples, and
+    the optimizer is torch's (8-bit AdamW would need bitsandbytes, absent here)."""
+    import trl
+
+    @dataclasses.dataclass
+    class UnslothDefaults(trl.GRPOConfig):
+        gradient_accumulation_steps: int = 2
+        weight_decay: float = 0.001
+        optim: str = "adamw_8bit"
+        warmup_steps: float = 0.1
+
+    monkeypatch.setattr(trl, "GRPOConfig", UnslothDefaults)
+    _, _, result = one_grpo_step(trained, monkeypatch, tmp_path, learning_rate=1e-2)
+    assert result.episodes == SHORT.grpo.prompts_per_step * SHORT.grpo.num_generations
+
+
+def test_a_phase_that_trains_fewer_steps_than_asked_fails(trained, tmp_path):
+    """Fewer training tasks than a step's prompts give TRL's sampler no full batch: its epoch is
+    empty and training ends at step 0 without a word. The phase says so instead of returning."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rollgate.core.errors import RollgateError
+    from rollgate.trainer_adapters.recipes.data import read_rows
+    from rollgate.trainer_adapters.recipes.grpo_phase import train_grpo
+
+    cfg = dataclasses.replace(SHORT, grpo=dataclasses.replace(SHORT.grpo, steps=1))
+    model = AutoModelForCausalLM.from_pretrained(trained / "work" / "sft-model")
+    tok = AutoTokenizer.from_pretrained(trained / "work" / "sft-model")
+    rows = read_rows(trained / "data" / "train_tasks.jsonl")[:1]
+    with pytest.raises(RollgateError, match="GRPO ran 0 of 1 steps: 1 training tasks, 2 prompts a step"):
+        train_grpo(cfg, model, tok, rows, tmp_path / "grpo")
+
+
+def test_fewer_training_tasks_than_a_step_s_prompts_are_refused(short_recipe, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--recipe", "tiny-math", "--out", str(out), "--train-tasks", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--train-tasks 1 is fewer than a GRPO step's 2 prompts" in err and not out.exists()
+
+
 def test_an_unknown_trainable_setting_is_refused():
     with pytest.raises(ValueError, match="trainable"):
         GRPOPhase(trainable="lora")

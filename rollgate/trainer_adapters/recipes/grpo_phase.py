@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rollgate.core.errors import RollgateError
 from rollgate.core.settings import Settings
 from rollgate.trainer_adapters.recipes.config import RecipeConfig
 from rollgate.trainer_adapters.recipes.data import agent_settings
@@ -171,6 +172,13 @@ def train_grpo(
         report_to=[],
         max_steps=g.steps,
         per_device_train_batch_size=g.prompts_per_step * g.num_generations,
+        # TRL's defaults, set rather than left to the trainer: Unsloth's patched GRPOConfig has its
+        # own (gradient accumulation 2, weight decay 0.001, 8-bit AdamW, a warm-up), under which a
+        # step took 2 x 128 episodes on an H200 and the two backends ran different phases.
+        gradient_accumulation_steps=1,
+        weight_decay=0.0,
+        optim="adamw_torch_fused",
+        warmup_steps=0,
         num_generations=g.num_generations,
         max_completion_length=g.max_completion_length,
         temperature=g.temperature,
@@ -239,6 +247,12 @@ def train_grpo(
             callbacks=([weight_push_callback(rollgate, model)] if asynchronous else []) + [Steps()],
         )
         trainer.train()
+        if trainer.state.global_step != g.steps:  # an empty epoch ends training without a word
+            raise RollgateError(
+                f"GRPO ran {trainer.state.global_step} of {g.steps} steps: {len(train_rows)} training tasks, "
+                f"{g.prompts_per_step} prompts a step",
+                component="train",
+            )
     finally:
         rollout_func.run_async(rollgate.aclose())
         rollout_func.close()
