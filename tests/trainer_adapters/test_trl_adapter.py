@@ -116,3 +116,29 @@ def test_unsloth_without_bitsandbytes_is_named_before_a_run(monkeypatch):
         importlib.util, "find_spec", lambda name, *a: object() if name == "bitsandbytes" else real(name, *a)
     )
     assert unsloth.bitsandbytes_problem() is None
+
+
+def test_unsloth_loads_the_policy_in_float32_as_the_trl_backend_trains(monkeypatch, tmp_path):
+    """Unsloth's loader defaults to bfloat16 weights for full fine-tuning, whose steps of 5e-5
+    round away on most of SmolLM2's weights (seen on an H200). Unsloth imports only with a CUDA
+    GPU, so a stand-in module records what load_policy asks its loader for; the GPU tier loads
+    through the real one."""
+    import sys
+    import types
+
+    import torch
+
+    from rollgate.trainer_adapters import unsloth
+
+    asked = {}
+
+    class FastLanguageModel:
+        @staticmethod
+        def from_pretrained(**kwargs):
+            asked.update(kwargs)
+            return "model", "tokenizer"
+
+    monkeypatch.setitem(sys.modules, "unsloth", types.SimpleNamespace(FastLanguageModel=FastLanguageModel))
+    assert unsloth.load_policy(tmp_path, max_seq_length=512) == ("model", "tokenizer")
+    assert asked["dtype"] is torch.float32 and asked["full_finetuning"] is True
+    assert asked["load_in_4bit"] is False and asked["model_name"] == str(tmp_path)
