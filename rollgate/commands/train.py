@@ -10,7 +10,9 @@ import dataclasses
 import logging
 import shutil
 import sys
+import typing
 from pathlib import Path
+from typing import Any
 
 EPILOG = """\
 examples:
@@ -76,12 +78,28 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     short.add_argument("--seed", type=int, metavar="S", help="seed of tasks, model and training")
 
 
+def _read_as(kind: Any, text: str) -> Any:
+    """`text` as a value of the type `kind`: int, float, str, bool, or one of them | None ("none"
+    gives None there). ValueError where it is not one, or `kind` is none of these."""
+    options = typing.get_args(kind)
+    if type(None) in options and len(options) == 2:  # X | None
+        if text.lower() in ("none", "null"):
+            return None
+        (kind,) = [o for o in options if o is not type(None)]
+    if kind is bool:
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(text)
+        return text.lower() in ("true", "1")
+    if kind in (int, float, str):
+        return kind(text)
+    raise ValueError(text)
+
+
 def _grpo_settings(items: list[str], grpo) -> dict:
     """`--rl-set FIELD=VALUE` items as GRPOPhase fields, each VALUE read as its field's type."""
     from rollgate.core.errors import BadRequest
 
-    types = {f.name: f.type for f in dataclasses.fields(grpo)}
-    readers = {"int": int, "float": float, "float | None": float, "str": str}
+    types = typing.get_type_hints(type(grpo))
     out = {}
     for item in items:
         name, sep, text = item.partition("=")
@@ -92,12 +110,13 @@ def _grpo_settings(items: list[str], grpo) -> dict:
                 component="train",
                 field="--rl-set",
             )
-        read = readers.get(str(types[name]), str)
+        kind = types[name]
         try:
-            out[name] = read(text.strip())
+            out[name] = _read_as(kind, text.strip())
         except ValueError:
+            what = kind.__name__ if isinstance(kind, type) else str(kind)
             raise BadRequest(
-                f"--rl-set {name}: {text.strip()!r} is not a {types[name]}", component="train", field="--rl-set"
+                f"--rl-set {name}: {text.strip()!r} is not of type {what}", component="train", field="--rl-set"
             ) from None
     return out
 

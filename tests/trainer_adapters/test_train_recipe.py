@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from rollgate.cli import main
+from rollgate.core.errors import BadRequest
 from rollgate.model_server.tiny import TinyShape
 from rollgate.trainer_adapters import recipes
 from rollgate.trainer_adapters.recipes.config import AgentBudget, EvalPlan, GRPOPhase, SFTPhase
@@ -273,6 +274,22 @@ def test_bad_overrides_name_their_flag(tmp_path, capsys, flag, value):
     assert main(["train", "--recipe", "tiny-math", "--out", str(tmp_path / "x"), flag, value]) == 2
     assert flag in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_rl_set_reads_each_value_as_its_field_s_type():
+    from rollgate.commands.train import _grpo_settings, _read_as
+
+    got = _grpo_settings(["screen_tasks=128", "norm_learning_rate=2e-2", "trainable=top:2", "steps= 3"], GRPOPhase())
+    assert got == {"screen_tasks": 128, "norm_learning_rate": 0.02, "trainable": "top:2", "steps": 3}
+    assert type(got["screen_tasks"]) is int and type(got["norm_learning_rate"]) is float
+    assert _grpo_settings(["norm_learning_rate=none"], GRPOPhase()) == {"norm_learning_rate": None}
+    with pytest.raises(BadRequest, match="'2.5' is not of type int"):
+        _grpo_settings(["steps=2.5"], GRPOPhase())
+    with pytest.raises(BadRequest, match="'none' is not of type float"):
+        _grpo_settings(["learning_rate=none"], GRPOPhase())
+    assert _read_as(bool, "true") is True and _read_as(bool | None, "0") is False  # for a future switch
+    with pytest.raises(ValueError):
+        _read_as(bool, "yes please")
 
 
 def test_a_learned_temperature_is_refused_in_async_mode(tmp_path, capsys):
