@@ -94,7 +94,7 @@ RECIPES: dict[str, RecipeConfig] = {
         # norm's one reliable direction (the sampling temperature) takes large steps, the layers'
         # directions, which batches agree on less (benchmarks/bench_grpo_snr.py: cosine 0.18 between
         # 64-episode batches), small ones. Screening first (128 training tasks x 4 samples) keeps
-        # the tasks the post-SFT policy sometimes solves and sometimes fails (41, 43 of 128): 7 of 12
+        # the tasks the post-SFT policy sometimes solves and sometimes fails (41-43 of 128): 7 of 12
         # groups a step had no contrast without it, 2 to 4 with it. 14 steps of 12 prompts x 8
         # (the loss scores only completion tokens: prefix_logps.token_logps).
         grpo=GRPOPhase(
