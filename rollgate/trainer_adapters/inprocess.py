@@ -10,6 +10,9 @@ Asynchronous (`share_weights=False`): generation runs while the trainer trains, 
 copy; after each optimizer step `push(model, "step-N")` loads the trainer's weights into it
 through the model server's weight-update path (rollgate.model_server.weights: checked, then
 copied in between two decode steps).
+
+`ServedRollgate` is the part both share with a policy served elsewhere (vLLM:
+rollgate.trainer_adapters.vllm_rollouts): the stack around a model service over a backend.
 """
 
 from __future__ import annotations
@@ -27,41 +30,30 @@ from rollgate.trainer_adapters.trl import RollgateRolloutFunc, TaskIndex
 log = logging.getLogger(__name__)
 
 
-class InProcessRollgate:
-    """A RolloutSource serving `model` through Rollgate's local backend and model service."""
+class ServedRollgate:
+    """A RolloutSource: Rollgate's embedded stack (environments, agent) around a model service over
+    `backend`; subclasses say where the policy is served and how new weights reach it."""
 
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any,
+        backend: Any,
         envs: Sequence[str],
         *,
         agent_settings: AgentSettings | None = None,
         settings: Settings | None = None,
         served_name: str = "policy",
         concurrency: int = 64,
-        max_batch_size: int = 64,
-        weight_version: str = "step-0",
-        share_weights: bool = True,
         roles: dict[str, Any] | None = None,
         train_role: str | None = None,
     ):
-        from rollgate.model_server.local import LocalBackend
         from rollgate.model_server.service import ModelService
         from rollgate.stack import local_stack
 
         settings = settings if settings is not None else Settings()
         if agent_settings is not None:
             settings = settings.model_copy(update={"agent": agent_settings})
-        was_training = model.training
-        if not share_weights:
-            model = copy.deepcopy(model).requires_grad_(False)
-        self.model = model
-        self.backend = LocalBackend.from_model(
-            model, tokenizer, weight_version=weight_version, max_batch_size=max_batch_size
-        )
-        model.train(was_training and share_weights)  # the backend switches to eval; a trainer owns its mode
-        self.service = ModelService(self.backend, served_name=served_name, training_mode=True)
+        self.backend = backend
+        self.service = ModelService(backend, served_name=served_name, training_mode=True)
         # The one composition root: environments get their settings (e.g. the code sandbox's).
         self.stack = local_stack(settings, service=self.service, envs=envs)
         self.agent = self.stack.agent
@@ -75,6 +67,54 @@ class InProcessRollgate:
     @property
     def weight_version(self) -> str | None:
         return self.backend.weight_version
+
+    def set_policy_version(self, version: str) -> None:
+        raise NotImplementedError
+
+    async def collect(self, rows, repeats, *, sampling, policy_version) -> list[list[Trajectory]]:
+        return await self.rollouts.collect(rows, repeats, sampling=sampling, policy_version=policy_version)
+
+    async def aclose(self) -> None:
+        await self.stack.aclose()
+
+    def rollout_func(
+        self, rows: Sequence[dict[str, Any]], *, max_staleness: int | None = None, **kwargs: Any
+    ) -> RollgateRolloutFunc:
+        """The GRPOTrainer rollout_func over `rows`; `func.tasks.dataset()` is the train_dataset.
+        `max_staleness`: asynchronous (rollgate.trainer_adapters.async_rl; build this with
+        share_weights=False and give the trainer `weight_push_callback(self, model)`)."""
+        if max_staleness is None:
+            return RollgateRolloutFunc(self, TaskIndex(rows), on_policy_version=self.set_policy_version, **kwargs)
+        from rollgate.trainer_adapters.async_rl import AsyncRolloutFunc
+
+        return AsyncRolloutFunc(self, TaskIndex(rows), max_staleness=max_staleness, **kwargs)
+
+
+class InProcessRollgate(ServedRollgate):
+    """A RolloutSource serving `model` through Rollgate's local backend and model service."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        envs: Sequence[str],
+        *,
+        max_batch_size: int = 64,
+        weight_version: str = "step-0",
+        share_weights: bool = True,
+        **kwargs: Any,
+    ):
+        from rollgate.model_server.local import LocalBackend
+
+        was_training = model.training
+        if not share_weights:
+            model = copy.deepcopy(model).requires_grad_(False)
+        self.model = model
+        backend = LocalBackend.from_model(
+            model, tokenizer, weight_version=weight_version, max_batch_size=max_batch_size
+        )
+        model.train(was_training and share_weights)  # the backend switches to eval; a trainer owns its mode
+        super().__init__(backend, envs, **kwargs)
 
     def set_policy_version(self, version: str) -> None:
         """Stamp later generations with `version` (under the engine's weights lock, so no decode
@@ -97,21 +137,6 @@ class InProcessRollgate:
         was_training = self.model.training
         self.model.eval()
         try:
-            return await self.rollouts.collect(rows, repeats, sampling=sampling, policy_version=policy_version)
+            return await super().collect(rows, repeats, sampling=sampling, policy_version=policy_version)
         finally:
             self.model.train(was_training)
-
-    async def aclose(self) -> None:
-        await self.stack.aclose()
-
-    def rollout_func(
-        self, rows: Sequence[dict[str, Any]], *, max_staleness: int | None = None, **kwargs: Any
-    ) -> RollgateRolloutFunc:
-        """The GRPOTrainer rollout_func over `rows`; `func.tasks.dataset()` is the train_dataset.
-        `max_staleness`: asynchronous (rollgate.trainer_adapters.async_rl; build this with
-        share_weights=False and give the trainer `weight_push_callback(self, model)`)."""
-        if max_staleness is None:
-            return RollgateRolloutFunc(self, TaskIndex(rows), on_policy_version=self.set_policy_version, **kwargs)
-        from rollgate.trainer_adapters.async_rl import AsyncRolloutFunc
-
-        return AsyncRolloutFunc(self, TaskIndex(rows), max_staleness=max_staleness, **kwargs)

@@ -192,21 +192,27 @@ def test_the_scripted_backend_takes_a_version_only(tiny_model_dir):
 
 
 def _fake_vllm(with_reload: bool, seen: list):
-    """A stand-in for a vLLM server's hot reload route (vLLM itself is the opt-in vllm tier)."""
+    """A stand-in for a vLLM server's development routes (vLLM itself is the opt-in vllm tier,
+    tests/trainer_adapters/test_vllm_generation.py, which reloads a real one)."""
     from fastapi import FastAPI
 
     app = FastAPI()
     if with_reload:
 
-        @app.post("/reload_weights")
-        async def reload(body: dict):
+        @app.post("/collective_rpc")
+        async def rpc(body: dict):
             seen.append(body)
-            return {"status": "ok"}
+            return {"results": [None]}
+
+        @app.post("/reset_prefix_cache")
+        async def reset():
+            seen.append("reset_prefix_cache")
+            return {"success": True}
 
     return app
 
 
-def test_the_vllm_backend_passes_a_path_to_vllm_hot_reload_or_says_it_cannot(tiny_model_dir):
+def test_the_vllm_backend_reloads_a_path_in_place_and_drops_the_prefix_cache_or_says_it_cannot(tiny_model_dir):
     import asyncio
 
     from transformers import AutoTokenizer
@@ -229,8 +235,9 @@ def test_the_vllm_backend_passes_a_path_to_vllm_hot_reload_or_says_it_cannot(tin
         b = stack.enter_context(serve_in_thread(_fake_vllm(True, seen)))
         old = stack.enter_context(serve_in_thread(_fake_vllm(False, [])))
         state, version = asyncio.run(update([a, b], "/ckpt/step-1"))
-        assert version == "v1" and state.source == "path" and seen == [{"weights_path": "/ckpt/step-1"}] * 2
-        with pytest.raises(NotSupported, match="reload_weights"):
+        rpc = {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/step-1"}}
+        assert version == "v1" and state.source == "path" and seen == [rpc, "reset_prefix_cache"] * 2
+        with pytest.raises(NotSupported, match="VLLM_SERVER_DEV_MODE"):
             asyncio.run(update([old], "/ckpt/step-1"))
         with pytest.raises(NotSupported, match="uploaded tensors"):
             asyncio.run(update([a], None, b"bytes"))

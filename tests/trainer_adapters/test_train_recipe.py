@@ -8,8 +8,10 @@ docs/trainers/recipes.md)."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -297,6 +299,33 @@ def test_a_learned_temperature_is_refused_in_async_mode(tmp_path, capsys):
     assert main([*argv, "--rl-trainable", "final_norm_scale"]) == 2
     err = capsys.readouterr().err
     assert "--rl-trainable" in err and "sync" in err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="checks the refusal where vLLM is absent")
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--generation", "vllm", "--vllm-python", "/no/such/python"], "is not an executable Python"),
+        (["--generation", "vllm", "--vllm-python", sys.executable], "cannot import vllm"),
+        (["--vllm-python", sys.executable], "--generation vllm only"),
+        (["--generation", "vllm"], "vllm is not importable here and $ROLLGATE_VLLM_PYTHON is not set"),
+    ],
+)
+def test_vllm_generation_without_a_vllm_is_refused_before_anything_runs(tmp_path, capsys, monkeypatch, flags, says):
+    monkeypatch.delenv("ROLLGATE_VLLM_PYTHON", raising=False)
+    out = tmp_path / "v"
+    assert main(["train", "--recipe", "tiny-math", "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert "--vllm-python" in err and says in err
+    assert not out.exists()
+
+
+def test_grpo_generation_is_local_or_vllm_and_a_learned_temperature_stays_local():
+    assert GRPOPhase(generation="vllm").generation == "vllm"
+    with pytest.raises(ValueError, match="generation must be one of local, vllm"):
+        GRPOPhase(generation="sglang")
+    with pytest.raises(ValueError, match="local generation only"):
+        GRPOPhase(generation="vllm", trainable="final_norm_scale")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no CUDA GPU is present")

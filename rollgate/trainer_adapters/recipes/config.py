@@ -26,6 +26,9 @@ class SFTPhase:
         check_trainable(self.trainable, "SFTPhase.trainable")
 
 
+GENERATIONS = ("local", "vllm")
+
+
 @dataclass(frozen=True)
 class GRPOPhase:
     steps: int = 20
@@ -48,6 +51,10 @@ class GRPOPhase:
     mode: str = "sync"  # "async": step N+1's rollouts are collected while step N trains
     max_staleness: int = 1  # async: rollouts at most this many policy versions old are trained on
     backend: str = "trl"  # "unsloth": Unsloth's patched GRPOTrainer on a CUDA GPU (trainer_adapters.unsloth)
+    # Where the rollouts are generated: "local", the policy being trained served in process
+    # (trainer_adapters.inprocess); "vllm", a vLLM server of the phase's own that reloads the
+    # trainer's weights after every optimizer step (trainer_adapters.vllm_rollouts).
+    generation: str = "local"
     # Which weights GRPO updates (recipes/trainable.py): "all"; "norms", only the normalization
     # layers' scales; "top:N", the last N decoder layers; or "final_norm", only the last norm's
     # (the scale of the hidden state the output layer reads: 192 numbers of tiny-math's 2.6M). At
@@ -73,9 +80,11 @@ class GRPOPhase:
                 f"GRPOPhase.screen_tasks must be >= 0 and screen_samples >= 2 (a task needs two samples to "
                 f"disagree), got {self.screen_tasks} and {self.screen_samples}"
             )
-        if self.trainable == "final_norm_scale" and self.mode == "async":
-            # the served copy takes the trainer's state dict, which holds the scale apart
-            raise ValueError("GRPOPhase.trainable 'final_norm_scale' trains in mode 'sync' only")
+        if self.generation not in GENERATIONS:
+            raise ValueError(f"GRPOPhase.generation must be one of {', '.join(GENERATIONS)}, got {self.generation!r}")
+        if self.trainable == "final_norm_scale" and (self.mode == "async" or self.generation != "local"):
+            # a served copy takes the trainer's state dict (or checkpoint), which holds the scale apart
+            raise ValueError("GRPOPhase.trainable 'final_norm_scale' trains in mode 'sync' with local generation only")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,11 @@ is recorded either way, so the two can be compared.
 GRPOTrainer Unsloth patches (the model loaded by trainer_adapters.unsloth.load_policy), with the
 same rollout function and reward.
 
+`grpo.generation`: "local" generates with the policy in process (shared weights in sync mode, a
+copy in async mode); "vllm" with a vLLM server the phase starts on the policy (vLLM from this
+interpreter or the one ROLLGATE_VLLM_PYTHON names), which reloads the trainer's weights after
+every optimizer step (rollgate.trainer_adapters.vllm_rollouts), in either mode.
+
 `grpo.trainable`: "all" updates every weight; "norms" only the normalization layers' scales;
 "final_norm" only the last one's; "top:N" the last N decoder layers (the rest frozen for the phase
 and thawed after it: recipes/trainable.py), for budgets whose batches cannot estimate more
@@ -38,6 +43,8 @@ from rollgate.trainer_adapters.recipes.trainable import restrict_trainable
 log = logging.getLogger("rollgate.train")
 
 OnStep = Callable[[int], None]  # (GRPO step just finished)
+# vLLM beside the trainer on one GPU: the share of its memory vLLM takes (weights and KV cache)
+VLLM_GPU_SHARE = 0.3
 
 
 @dataclass
@@ -50,6 +57,7 @@ class GRPOResult:
     async_stats: dict[str, Any] | None = None  # async mode: staleness, drops, prefetches
     screening: dict[str, Any] | None = None  # what screening kept (grpo.screen_tasks > 0)
     trainable_parameters: int = 0  # how many numbers GRPO updated (grpo.trainable)
+    push_seconds: list[float] = field(default_factory=list)  # vLLM generation: each weight push's wall time
 
 
 def screen(rollout_func: Any, rollgate: Any, rows: list[dict[str, Any]], cfg: RecipeConfig) -> tuple[list, dict]:
@@ -101,6 +109,41 @@ def screen(rollout_func: Any, rollgate: Any, rows: list[dict[str, Any]], cfg: Re
     return kept, info
 
 
+def rollout_source(cfg: RecipeConfig, model: Any, tokenizer: Any, work_dir: Path, settings: Settings) -> Any:
+    """Where the phase's rollouts come from: the policy in process, or a vLLM server of its own
+    (grpo.generation), playing the recipe's environment under its agent budget."""
+    g = cfg.grpo
+    if g.generation == "vllm":
+        from rollgate.model_server.vllm_process import INSTALL_HINT, PYTHON_ENV, find_vllm_python
+        from rollgate.trainer_adapters.vllm_rollouts import VllmRollgate
+
+        python = find_vllm_python()
+        if python is None:
+            raise RollgateError(
+                f"GRPO generation vllm: vllm is not importable and {PYTHON_ENV} is not set; {INSTALL_HINT}"
+            )
+        return VllmRollgate.start(
+            model,
+            tokenizer,
+            [cfg.env],
+            python=python,
+            work_dir=work_dir / "vllm",
+            gpu_memory_utilization=VLLM_GPU_SHARE if cfg.on_gpu else None,
+            agent_settings=agent_settings(cfg),
+            settings=settings,
+        )
+    from rollgate.trainer_adapters.inprocess import InProcessRollgate
+
+    return InProcessRollgate(
+        model,
+        tokenizer,
+        [cfg.env],
+        agent_settings=agent_settings(cfg),
+        settings=settings,
+        share_weights=g.mode != "async",
+    )
+
+
 def optimizer(model: Any, args: Any, g: Any) -> Any:
     """None (the trainer builds its AdamW from `args`), or, with `g.norm_learning_rate`, an AdamW
     whose final-norm scales step at that rate and the other trainable weights at the phase's."""
@@ -139,7 +182,6 @@ def train_grpo(
     from trl import GRPOConfig, GRPOTrainer
 
     from rollgate.trainer_adapters.async_rl import weight_push_callback
-    from rollgate.trainer_adapters.inprocess import InProcessRollgate
     from rollgate.trainer_adapters.trl import TaskIndex, rollgate_reward
 
     g = cfg.grpo
@@ -148,22 +190,17 @@ def train_grpo(
     started = time.perf_counter()
     settings = Settings().model_copy(update={"envs": [cfg.env]})
     asynchronous = g.mode == "async"
-    rollgate = InProcessRollgate(
-        model,
-        tokenizer,
-        [cfg.env],
-        agent_settings=agent_settings(cfg),
-        settings=settings,
-        share_weights=not asynchronous,
-    )
+    rollgate = rollout_source(cfg, model, tokenizer, work_dir, settings)
     # Unseeded sampling: a seed per request would make a group's samples identical (no advantage).
     rollout_func = rollgate.rollout_func(
         rows, sampling={"temperature": g.temperature}, max_staleness=g.max_staleness if asynchronous else None
     )
-    screening = None
-    train_rows = rows
-    if g.screen_tasks > 0:
-        train_rows, screening = screen(rollout_func, rollgate, rows, cfg)
+    try:
+        train_rows, screening = screen(rollout_func, rollgate, rows, cfg) if g.screen_tasks > 0 else (rows, None)
+    except BaseException:
+        rollout_func.run_async(rollgate.aclose())
+        rollout_func.close()
+        raise
     args = GRPOConfig(
         output_dir=str(work_dir),
         use_cpu=not on_gpu,
@@ -226,6 +263,7 @@ def train_grpo(
                 model.train(was)
             last[0] = time.perf_counter()
 
+    pushes = asynchronous or g.generation == "vllm"  # the served policy is a copy that needs the weights
     restriction = restrict_trainable(model, g.trainable)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if restriction.frozen:
@@ -243,8 +281,9 @@ def train_grpo(
             processing_class=tokenizer,
             rollout_func=rollout_func,
             optimizers=(optimizer(model, args, g), None),
-            # async: push the new weights first, so the batches collected during evaluation use them
-            callbacks=([weight_push_callback(rollgate, model)] if asynchronous else []) + [Steps()],
+            # a served copy (async, vLLM): push the new weights first, so the batches collected
+            # during evaluation use them
+            callbacks=([weight_push_callback(rollgate, model)] if pushes else []) + [Steps()],
         )
         trainer.train()
         if trainer.state.global_step != g.steps:  # an empty epoch ends training without a word
@@ -266,6 +305,7 @@ def train_grpo(
         episodes=episodes,
         step_seconds=step_seconds,
         async_stats=stats.as_dict() if stats is not None else None,
+        push_seconds=list(getattr(rollgate, "push_seconds", [])),
         screening=screening,
         trainable_parameters=trainable,
     )

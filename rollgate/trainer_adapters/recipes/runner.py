@@ -59,6 +59,8 @@ def rl_timing(cfg: RecipeConfig, info: dict[str, Any]) -> dict[str, Any]:
         "rl_seconds_per_step": round(sum(steps) / len(steps), 3) if steps else None,
         "rl_stale_dropped": stats["dropped_stale"] if stats else 0,
         "rl_async": stats,
+        # vLLM generation: each weight push's wall time (checkpoint written, every server reloaded)
+        "rl_push_seconds": info.get("rl_push_seconds") or [],
     }
 
 
@@ -321,6 +323,7 @@ class RecipeRun:
             rl_async=result.async_stats,
             rl_screening=result.screening,
             rl_trainable_parameters=result.trainable_parameters,
+            rl_push_seconds=result.push_seconds,
         )
 
     def _finish(self) -> dict[str, Any]:
@@ -364,6 +367,7 @@ class RecipeRun:
             "targets": cfg.targets,
             "curve": curve,
             "rl_backend": cfg.grpo.backend,
+            "rl_generation": cfg.grpo.generation,
             "rl_screening": info.get("rl_screening"),
             "rl_trainable": cfg.grpo.trainable,
             "rl_trainable_parameters": info.get("rl_trainable_parameters"),

