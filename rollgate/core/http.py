@@ -100,8 +100,11 @@ class HttpClient:
         content_type: str | None = "application/json",
         limit: int = 0,
         channel: bool = False,
+        keepalive_s: float = CLIENT_KEEPALIVE_S,
     ):
-        """`content_type`: that of a body whose call names none (None: none, as a proxy wants)."""
+        """`content_type`: that of a body whose call names none (None: none, as a proxy wants).
+        `keepalive_s`: how long an idle pooled connection is kept; below the upstream's own
+        keep-alive, so the client, never the server, closes it (see `_get_session`)."""
         self.base_url = base_url.rstrip("/")
         self.component = component
         self.timeout_s = timeout_s
@@ -109,6 +112,7 @@ class HttpClient:
         self.retry = retry or RetryPolicy()
         self.headers = {"content-type": content_type, **(headers or {})} if content_type else dict(headers or {})
         self._limit = limit
+        self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         # Rollgate upstreams: requests multiplexed over one WebSocket (core/channel.py), HTTP otherwise
@@ -118,7 +122,7 @@ class HttpClient:
         if self._session is None or self._session.closed:
             # Idle connections are dropped well before the server's keep-alive (serving.py: 75 s):
             # reusing one the server is closing fails a request that must not be retried (a tool call).
-            connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=CLIENT_KEEPALIVE_S, ttl_dns_cache=300)
+            connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=self._keepalive_s, ttl_dns_cache=300)
             # No cookie jar: a cookie one caller's answer set must never ride on another's request
             # (the gateway's proxy serves every client through the same clients).
             self._session = aiohttp.ClientSession(

@@ -106,9 +106,15 @@ def vllm_command(
 
 
 def vllm_env(*, kv_cache_gib: int = 1, dev_mode: bool = False) -> dict[str, str]:
-    """Environment of the server: its KV cache on the CPU (ignored on a GPU), quiet logs, and
-    with `dev_mode` the development routes a weight push uses."""
-    env = {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_LOGGING_LEVEL": "WARNING"}
+    """Environment of the server: its KV cache on the CPU (ignored on a GPU), quiet logs, a
+    keep-alive above the vllm backend's, and with `dev_mode` the development routes a weight push
+    uses."""
+    # idle connections kept as Rollgate's own servers keep them (vLLM's default: 5 s)
+    env = {
+        "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
+        "VLLM_LOGGING_LEVEL": "WARNING",
+        "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75",
+    }
     if dev_mode:
         env["VLLM_SERVER_DEV_MODE"] = "1"
     return env

@@ -115,3 +115,25 @@ def test_the_smollm2_gpu_recipe_shortened_trains_on_the_gpu_through_either_backe
     assert metrics["rl_episodes"] == 16 * 8
     assert [p["label"] for p in metrics["curve"]] == ["before", "sft-step-1", "rl-step-1"]
     assert (out / "model" / "model.safetensors").is_file() and (out / "reward_curve.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("backend", ["trl", "unsloth"])
+def test_the_smollm2_gpu_recipe_generates_grpo_s_rollouts_with_vllm_on_the_gpu(tmp_path: Path, backend, smollm2_path):
+    """`--generation vllm` on the GPU: the phase's vLLM server shares the GPU with the trainer (a
+    share of its memory: grpo_phase.VLLM_GPU_SHARE) and reloads the weights after every step."""
+    from rollgate.model_server.vllm_process import find_vllm_python
+
+    if find_vllm_python() is None:
+        pytest.skip("vllm is not importable here and ROLLGATE_VLLM_PYTHON is not set")
+    if backend == "unsloth" and unsloth_missing():
+        pytest.skip(f"{unsloth_missing()} (docs/trainers/unsloth.md)")
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rollgate.cli", "train", "--recipe", "smollm2-math-gpu", "--out", str(out)]
+    cmd += ["--backend", backend, "--generation", "vllm", "--train-tasks", "16", "--heldout-tasks", "4"]
+    cmd += ["--sft-epochs", "1", "--rl-steps", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["rl_generation"] == "vllm" and metrics["rl_backend"] == backend
+    assert metrics["rl_steps"] == 2 and len(metrics["rl_push_seconds"]) == 2
+    assert metrics["rl_episodes"] == 2 * 16 * 8

@@ -177,3 +177,33 @@ async def test_a_forced_tool_call_is_decoded_as_prefix_document_suffix(tokenizer
     assert schema["properties"]["name"] == {"const": "calculator"}
     assert call["generation_token_ids"] == prefix + doc + suffix + [eos]
     assert call["generation_log_probs"] == [0.0] * len(prefix) + [-0.5] * len(doc) + [0.0] * (len(suffix) + 1)
+
+
+async def test_idle_connections_are_dropped_before_vllm_s_keep_alive_closes_them(tokenizer):
+    """vLLM's server closes a connection idle for 5 s; a pooled one reused as it does failed a GRPO
+    step's first completion (ServerDisconnected). The backend drops them sooner (KEEPALIVE_S):
+    back to back, requests reuse a connection; after KEEPALIVE_S idle, the next one opens another."""
+    vllm_keep_alive_s = 5.0  # VLLM_HTTP_TIMEOUT_KEEP_ALIVE's default
+    ports: list[int] = []
+    app = fake_vllm("r0", [])
+
+    @app.middleware("http")
+    async def peer(request: Request, call_next):
+        if request.url.path == "/v1/completions":
+            ports.append(request.client.port)
+        return await call_next(request)
+
+    with serve_in_thread(app) as url:
+        # health checks a minute apart: none keeps the connection busy in between
+        backend = VllmBackend([url], tokenizer, model="tiny", timeout_s=5.0, health_interval_s=60.0)
+        service = ModelService(backend, served_name="rollgate-tiny")
+        try:
+            for _ in range(3):
+                await service.create(_req("s"))
+            await asyncio.sleep(vllm_keep_alive_s - 1.0)  # vLLM would still keep it; the client must not
+            await service.create(_req("s"))
+        finally:
+            await service.aclose()
+    # (the first health check opens a connection of its own beside the first completion)
+    assert ports[2] in ports[:2], ports  # pooled: reused back to back
+    assert ports[3] not in ports[:3], ports  # idle past the backend's KEEPALIVE_S: dropped by the client

@@ -120,7 +120,8 @@ def rollout_source(cfg: RecipeConfig, model: Any, tokenizer: Any, work_dir: Path
         python = find_vllm_python()
         if python is None:
             raise RollgateError(
-                f"GRPO generation vllm: vllm is not importable and {PYTHON_ENV} is not set; {INSTALL_HINT}"
+                f"GRPO generation vllm: vllm is not importable and {PYTHON_ENV} is not set; {INSTALL_HINT}",
+                component="train",
             )
         return VllmRollgate.start(
             model,
