@@ -29,7 +29,11 @@ from rollgate.core.retry import NO_RETRY, RetryPolicy
 __all__ = ["NO_RETRY", "HttpClient", "Reply", "RetryPolicy", "Streamed"]
 
 T = TypeVar("T")
-CLIENT_KEEPALIVE_S = 15.0
+# How long an idle pooled connection is kept: below every server's keep-alive, so the client,
+# never the server, closes it. Rollgate's servers keep 75 s (serving.py); uvicorn's default, which
+# vLLM (VLLM_HTTP_TIMEOUT_KEEP_ALIVE), NeMo Gym's and OpenEnv's servers run with, is 5 s. At 15 s a
+# connection reused just as vLLM closed it failed a GRPO step's first completion (ServerDisconnected).
+CLIENT_KEEPALIVE_S = 3.0
 _NO_CEIL = float("inf")  # fire at the deadline itself (aiohttp rounds timeouts >= 5 s up to a second)
 
 
@@ -100,11 +104,8 @@ class HttpClient:
         content_type: str | None = "application/json",
         limit: int = 0,
         channel: bool = False,
-        keepalive_s: float = CLIENT_KEEPALIVE_S,
     ):
-        """`content_type`: that of a body whose call names none (None: none, as a proxy wants).
-        `keepalive_s`: how long an idle pooled connection is kept; below the upstream's own
-        keep-alive, so the client, never the server, closes it (see `_get_session`)."""
+        """`content_type`: that of a body whose call names none (None: none, as a proxy wants)."""
         self.base_url = base_url.rstrip("/")
         self.component = component
         self.timeout_s = timeout_s
@@ -112,7 +113,6 @@ class HttpClient:
         self.retry = retry or RetryPolicy()
         self.headers = {"content-type": content_type, **(headers or {})} if content_type else dict(headers or {})
         self._limit = limit
-        self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         # Rollgate upstreams: requests multiplexed over one WebSocket (core/channel.py), HTTP otherwise
@@ -120,9 +120,9 @@ class HttpClient:
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            # Idle connections are dropped well before the server's keep-alive (serving.py: 75 s):
+            # Idle connections are dropped before the server's keep-alive (CLIENT_KEEPALIVE_S):
             # reusing one the server is closing fails a request that must not be retried (a tool call).
-            connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=self._keepalive_s, ttl_dns_cache=300)
+            connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=CLIENT_KEEPALIVE_S, ttl_dns_cache=300)
             # No cookie jar: a cookie one caller's answer set must never ride on another's request
             # (the gateway's proxy serves every client through the same clients).
             self._session = aiohttp.ClientSession(

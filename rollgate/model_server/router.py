@@ -26,15 +26,13 @@ class ReplicaRouter:
         health_path: str = "/health",
         health_interval_s: float = 5.0,
         headers: dict[str, str] | None = None,
-        keepalive_s: float | None = None,
     ):
         if not urls:
             raise ValueError("at least one upstream URL is needed (settings.model.upstream_urls)")
-        keep = {"keepalive_s": keepalive_s} if keepalive_s is not None else {}
         self.replicas = ReplicaSet(urls, what="model", down_for_s=max(health_interval_s, 1.0))
         self.urls = self.replicas.urls
         self.clients = {
-            u: HttpClient(u, component=component, timeout_s=timeout_s, retry=NO_RETRY, headers=headers, **keep)
+            u: HttpClient(u, component=component, timeout_s=timeout_s, retry=NO_RETRY, headers=headers)
             for u in self.urls
         }
         self.health_path = health_path

@@ -31,11 +31,6 @@ from rollgate.model_server.weights import NotSupported
 
 log = logging.getLogger("rollgate.model_server.vllm")
 
-# vLLM's server closes a connection idle for 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE's default). A pooled
-# connection reused just as it does fails the completion with ServerDisconnected (seen: the first
-# batch of a GRPO step after screening), so the backend drops idle connections sooner itself.
-KEEPALIVE_S = 3.0
-
 
 class VllmBackend:
     name = "vllm"
@@ -53,9 +48,7 @@ class VllmBackend:
         weight_version: str | None = None,
     ):
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
-        self.router = ReplicaRouter(
-            urls, timeout_s=timeout_s, health_interval_s=health_interval_s, headers=headers, keepalive_s=KEEPALIVE_S
-        )
+        self.router = ReplicaRouter(urls, timeout_s=timeout_s, health_interval_s=health_interval_s, headers=headers)
         self.tokenizer = tokenizer
         self.model = model
         self.timeout_s = timeout_s

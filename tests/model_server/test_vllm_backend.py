@@ -181,7 +181,7 @@ async def test_a_forced_tool_call_is_decoded_as_prefix_document_suffix(tokenizer
 
 async def test_idle_connections_are_dropped_before_vllm_s_keep_alive_closes_them(tokenizer):
     """vLLM's server closes a connection idle for 5 s; a pooled one reused as it does failed a GRPO
-    step's first completion (ServerDisconnected). The backend drops them sooner (KEEPALIVE_S):
+    step's first completion (ServerDisconnected). Clients drop them sooner (core.http.CLIENT_KEEPALIVE_S):
     back to back, requests reuse a connection; after KEEPALIVE_S idle, the next one opens another."""
     vllm_keep_alive_s = 5.0  # VLLM_HTTP_TIMEOUT_KEEP_ALIVE's default
     ports: list[int] = []
@@ -204,6 +204,7 @@ async def test_idle_connections_are_dropped_before_vllm_s_keep_alive_closes_them
             await service.create(_req("s"))
         finally:
             await service.aclose()
-    # (the first health check opens a connection of its own beside the first completion)
-    assert ports[2] in ports[:2], ports  # pooled: reused back to back
-    assert ports[3] not in ports[:3], ports  # idle past the backend's KEEPALIVE_S: dropped by the client
+    # pooled: back to back, a connection serves more than one (the first health check, running
+    # beside them, may take one in between)
+    assert len(set(ports[:3])) < 3, ports
+    assert ports[3] not in ports[:3], ports  # idle past CLIENT_KEEPALIVE_S: dropped by the client

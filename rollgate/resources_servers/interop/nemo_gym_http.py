@@ -11,6 +11,7 @@ import httpx
 
 from rollgate.core import jsonutil
 from rollgate.core.errors import ProtocolError, UpstreamError, UpstreamTimeout
+from rollgate.core.http import CLIENT_KEEPALIVE_S
 
 COMPONENT = "nemo_gym"
 
@@ -72,7 +73,7 @@ class NemoGymHttp:
         if self._session is None or self._session.closed or self._loop is not loop:
             self._session = aiohttp.ClientSession(
                 cookie_jar=aiohttp.DummyCookieJar(),
-                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=15.0),
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=CLIENT_KEEPALIVE_S),
             )
             self._loop = loop
         return self._session
