@@ -120,10 +120,22 @@ def vllm_env(*, kv_cache_gib: int = 1, dev_mode: bool = False) -> dict[str, str]
     return env
 
 
+def _end_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the process that started it dies, however it dies
+    (a trainer killed with SIGKILL would otherwise leave vLLM holding its port and GPU memory).
+    Linux ties this to the thread that started the child: start servers from one that lives as
+    long as they should (the recipe's main thread)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+
 class VllmProcess:
     """One vLLM server: `start()` waits for its /health (failing with the log's tail when it
     exits or does not come up in time), `stop()` ends its whole process group (SIGTERM, then
-    SIGKILL), by its own pid."""
+    SIGKILL), by its own pid. On Linux the server also gets SIGTERM when the process that started
+    it dies."""
 
     def __init__(self, args: list[str], port: int, *, env: dict[str, str] | None = None, log_path: Path | None = None):
         self.args = args
@@ -136,7 +148,12 @@ class VllmProcess:
     def start(self, timeout_s: float = 300.0) -> VllmProcess:
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
-            self.args, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            self.args,
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_end_with_parent if sys.platform == "linux" else None,
         )
         deadline = time.monotonic() + timeout_s
         try:
