@@ -50,6 +50,8 @@ def test_every_benchmark_parser_builds_and_documents_its_flags(name, monkeypatch
         ("bench_grpo_snr", ["--run", "x", "--batches", "1"], "argument --batches: must be >= 2, got 1"),
         ("bench_grpo_snr", ["--run", "x", "--trainable", "top:0"], "argument --trainable: --trainable must be one of"),
         ("bench_real_model", ["--kv-rounds", "-1"], "argument --kv-rounds: must be >= 0, got -1"),
+        ("bench_async_rl", ["--out", "x", "--compare", "speed"], "argument --compare: invalid choice: 'speed'"),
+        ("bench_async_rl", ["--out", "x", "--screen-tasks", "-1"], "argument --screen-tasks: must be >= 0, got -1"),
     ],
 )
 def test_a_bad_flag_is_refused_naming_the_flag_and_why(name, argv, message, monkeypatch, capsys):
