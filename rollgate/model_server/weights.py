@@ -15,10 +15,10 @@ tensor's) and staged on the model's device before the engine is paused; then the
 copied in between two decode steps and the version is bumped. A bad update is a 400 naming the
 tensor and both shapes, and the old weights and version go on serving: never a half-loaded model.
 
-vLLM offers comparable routes only in its development mode (`/reload_weights` from a path,
-`/update_weights` over NCCL, `/weight_info`). Rollgate's route is versioned like its other APIs
-and takes one body on every backend: local (path or tensors), scripted (a version only), vllm (a
-path, passed on to each upstream's `/reload_weights`), openai (none). What a backend cannot do is
+vLLM offers comparable routes only in its development mode (`/collective_rpc` to reload from a
+path, `/update_weights` over NCCL or CUDA IPC, `/weight_info`). Rollgate's route is versioned like
+its other APIs and takes one body on every backend: local (path or tensors), scripted (a version
+only), vllm (a path, which each upstream reloads in place), openai (none). What a backend cannot do is
 a 400 with error.code `not_supported`."""
 
 from __future__ import annotations
