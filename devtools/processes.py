@@ -1,6 +1,6 @@
-"""A server process on a loopback port, for the test suite, the benchmarks and the docker tier:
-start a command, wait for its health route, and always clean up (the whole process group;
-SIGKILL when SIGTERM is not obeyed in time)."""
+"""Server processes on loopback ports, for the test suite, the benchmarks and the docker tier:
+`ServerProcess` (rollgate.core.server_process: start a command, wait for its health route, and
+always clean up), and the Redis servers of the tests' own."""
 
 from __future__ import annotations
 
@@ -13,94 +13,12 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
+from rollgate.core.server_process import ServerProcess  # noqa: F401 - re-exported
 
 
 def rollgate_cmd(*args: str) -> list[str]:
     """`rollgate ARGS` run by this interpreter."""
     return [sys.executable, "-m", "rollgate.cli", *args]
-
-
-class ServerProcess:
-    def __init__(
-        self,
-        args: list[str],
-        port: int,
-        *,
-        name: str | None = None,
-        env: dict[str, str] | None = None,
-        log_path: Path | None = None,
-        health_path: str = "/healthz",
-    ):
-        self.args = args
-        self.port = port
-        self.name = name or Path(args[0]).name
-        self.url = f"http://127.0.0.1:{port}"
-        self.env = {**os.environ, **(env or {})}
-        self.log_path = log_path
-        self.health_path = health_path
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self, timeout_s: float = 60.0) -> ServerProcess:
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 - the child owns it
-        self.proc = subprocess.Popen(
-            self.args, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            self.wait_healthy(timeout_s)
-        except RuntimeError:
-            self.stop()
-            raise
-        return self
-
-    def wait_healthy(self, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; log: {self.log_tail()}")
-            try:
-                if httpx.get(self.url + self.health_path, timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"{self.name} not healthy within {timeout_s:g}s; log: {self.log_tail()}")
-
-    def log_tail(self, n: int = 3000) -> str:
-        if self.log_path and self.log_path.exists():
-            return self.log_path.read_bytes()[-n:].decode(errors="replace")
-        return "(no log)"
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self, sig: int = signal.SIGKILL, wait_s: float = 10.0) -> None:
-        """Send `sig` to the process group and wait; SIGKILL if it is still there after `wait_s`."""
-        if not self.alive():
-            return
-        assert self.proc is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, sig)
-        try:
-            self.proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=wait_s)
-
-    def stop(self) -> None:
-        self.kill(signal.SIGTERM)
-
-    def __enter__(self) -> ServerProcess:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 class RedisProcess:

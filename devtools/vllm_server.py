@@ -10,7 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-from rollgate.model_server.vllm_process import VllmProcess, vllm_command, vllm_env
+from rollgate.core.server_process import ServerProcess
+from rollgate.model_server.vllm_process import vllm_command, vllm_env, vllm_process
 
 PYTHON_ENV = "ROLLGATE_TEST_VLLM_PYTHON"
 
@@ -30,9 +31,9 @@ def vllm_server(
     *,
     max_model_len: int = 2048,
     dev_mode: bool = False,
-) -> VllmProcess:
+) -> ServerProcess:
     """vLLM serving `model_dir` in float32 with 1 GiB of KV cache, eager, reporting
     temperature-scaled log-probs and enforcing structured output with llguidance, as the generated
     deployment does; `dev_mode`: with the weight-reload routes."""
     args = vllm_command(python, model_dir, served_name, port, max_model_len=max_model_len)
-    return VllmProcess(args, port, env=vllm_env(dev_mode=dev_mode), log_path=log_path)
+    return vllm_process(args, port, env=vllm_env(dev_mode=dev_mode), log_path=log_path)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import uuid
 
 import pytest
+
+from rollgate.core.server_process import free_port
 
 REDIS_URL = os.environ.get("ROLLGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -54,12 +55,6 @@ def redis_server_bin() -> str:
 def redis_prefix() -> str:
     """A key prefix unique to one test, so tests never see each other's keys."""
     return f"rgtest:{uuid.uuid4().hex[:12]}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

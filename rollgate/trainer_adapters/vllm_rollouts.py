@@ -82,7 +82,8 @@ class VllmRollgate(ServedRollgate):
     ) -> VllmRollgate:
         """Serve `model` as it is now ("step-0") from a vLLM server of its own (`python` runs vLLM),
         its checkpoint and log in `work_dir`."""
-        from rollgate.model_server.vllm_process import VllmProcess, free_port, vllm_command, vllm_env
+        from rollgate.core.server_process import free_port
+        from rollgate.model_server.vllm_process import vllm_command, vllm_env, vllm_process
 
         work_dir.mkdir(parents=True, exist_ok=True)
         weights = save_policy(model, tokenizer, work_dir / "policy")
@@ -97,7 +98,7 @@ class VllmRollgate(ServedRollgate):
         )
         env = vllm_env(kv_cache_gib=kv_cache_gib, dev_mode=True)
         started = time.perf_counter()
-        process = VllmProcess(args, port, env=env, log_path=work_dir / "vllm.log")
+        process = vllm_process(args, port, env=env, log_path=work_dir / "vllm.log")
         try:
             process.start(timeout_s=start_timeout_s)
         except RuntimeError as exc:

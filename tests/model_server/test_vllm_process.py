@@ -1,6 +1,7 @@
-"""The vLLM server process Rollgate starts (rollgate.model_server.vllm_process) without vLLM: its
-lifecycle with a stand-in server (Python's http.server answering /health), since what is checked
-is the process handling, not vLLM (the vLLM tier starts the real one)."""
+"""The vLLM server process Rollgate starts (rollgate.model_server.vllm_process, a
+rollgate.core.server_process.ServerProcess) without vLLM: its lifecycle with a stand-in server
+(Python's http.server answering /health), since what is checked is the process handling, not
+vLLM (the vLLM tier starts the real one)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rollgate.model_server.vllm_process import VllmProcess, free_port, vllm_command, vllm_env
+from rollgate.core.server_process import free_port
+from rollgate.model_server.vllm_process import vllm_command, vllm_env, vllm_process
 
 
 def _stand_in(tmp_path: Path) -> tuple[list[str], int]:
@@ -36,14 +38,14 @@ def _gone(pid: int, within_s: float) -> bool:
 
 def test_a_server_starts_when_healthy_and_stops_with_its_group(tmp_path):
     args, port = _stand_in(tmp_path)
-    with VllmProcess(args, port, log_path=tmp_path / "server.log") as server:
+    with vllm_process(args, port, log_path=tmp_path / "server.log") as server:
         assert server.alive() and server.url.endswith(f":{port}")
         pid = server.proc.pid
     assert not server.alive() and _gone(pid, 5)
 
 
 def test_a_server_that_exits_fails_start_with_its_log(tmp_path):
-    server = VllmProcess(
+    server = vllm_process(
         [sys.executable, "-c", "print('no such model'); raise SystemExit(3)"],
         free_port(),
         log_path=tmp_path / "server.log",
@@ -58,8 +60,8 @@ def test_the_server_ends_when_the_process_that_started_it_is_killed(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys, time
-        from rollgate.model_server.vllm_process import VllmProcess
-        server = VllmProcess({args!r}, {port}).start(timeout_s=30)
+        from rollgate.model_server.vllm_process import vllm_process
+        server = vllm_process({args!r}, {port}).start(timeout_s=30)
         print(server.proc.pid, flush=True)
         time.sleep(600)
         """
