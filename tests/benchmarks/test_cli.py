@@ -52,6 +52,12 @@ def test_every_benchmark_parser_builds_and_documents_its_flags(name, monkeypatch
         ("bench_real_model", ["--kv-rounds", "-1"], "argument --kv-rounds: must be >= 0, got -1"),
         ("bench_async_rl", ["--out", "x", "--compare", "speed"], "argument --compare: invalid choice: 'speed'"),
         ("bench_async_rl", ["--out", "x", "--screen-tasks", "-1"], "argument --screen-tasks: must be >= 0, got -1"),
+        ("bench_async_rl", ["--out", "x", "--generation", "gpu"], "argument --generation: invalid choice: 'gpu'"),
+        (
+            "bench_async_rl",
+            ["--out", "x", "--compare", "generation", "--generation", "vllm"],
+            "--generation sets both runs' generation for --compare mode",
+        ),
     ],
 )
 def test_a_bad_flag_is_refused_naming_the_flag_and_why(name, argv, message, monkeypatch, capsys):
@@ -91,3 +97,24 @@ def test_a_result_names_the_module_that_ran_and_hides_the_home_directory(monkeyp
     monkeypatch.setattr("sys.argv", [script, "--model", f"{tmp_path}/models/m", "--batches", "6"])
     command = common.run_command("bench_grpo_snr_6x8x8")
     assert command.split()[1:] == ["-m", "benchmarks.bench_grpo_snr", "--model", "~/models/m", "--batches", "6"]
+
+
+def test_the_async_bench_runs_both_modes_on_the_generation_asked_for():
+    from benchmarks import bench_async_rl as b
+
+    args = b.parse_args(["--out", "x", "--generation", "vllm"])
+    assert b.variants(args) == [
+        ("sync", {"mode": "sync", "generation": "vllm"}),
+        ("async", {"mode": "async", "generation": "vllm"}),
+    ]
+    assert b.results_name(args) == "bench_async_rl_vllm"
+    args = b.parse_args(["--out", "x"])
+    assert [g["generation"] for _, g in b.variants(args)] == ["local", "local"] and b.results_name(
+        args
+    ) == "bench_async_rl"
+    args = b.parse_args(["--out", "x", "--compare", "generation"])
+    assert b.variants(args) == [
+        ("local", {"mode": "sync", "generation": "local"}),
+        ("vllm", {"mode": "sync", "generation": "vllm"}),
+    ]
+    assert b.results_name(args) == "bench_grpo_generation"
