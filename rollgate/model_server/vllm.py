@@ -31,6 +31,9 @@ from rollgate.model_server.weights import NotSupported
 
 log = logging.getLogger("rollgate.model_server.vllm")
 
+# Drops every cached block, running requests' too (vLLM preempts and recomputes them)
+RESET_PREFIX_CACHE = "/reset_prefix_cache?reset_running_requests=true"
+
 
 class VllmBackend:
     name = "vllm"
@@ -83,10 +86,16 @@ class VllmBackend:
         """vLLM compiles schemas itself: what it cannot enforce comes back as its 400."""
 
     async def generate(self, prompt_ids: list[int] | None, params: SamplingParams, ctx: CallContext) -> Generation:
+        """A turn carries the weight version served when its request was sent: a reload that
+        lands while it is generated (asynchronous RL pushes while rollouts run) makes its later
+        tokens newer, never older, so the label is the oldest policy that produced any of it."""
         assert prompt_ids is not None, "the vllm backend needs prompt token ids"
+        version = self.weight_version
         if params.tool_call is not None:
-            return await self._forced_call(prompt_ids, params, ctx)
-        return await self._complete(prompt_ids, params, ctx)
+            gen = await self._forced_call(prompt_ids, params, ctx)
+        else:
+            gen = await self._complete(prompt_ids, params, ctx)
+        return dataclasses.replace(gen, weight_version=version)
 
     async def _forced_call(self, prompt_ids: list[int], params: SamplingParams, ctx: CallContext) -> Generation:
         """A forced tool call, the way the local backend decodes it: the format's prefix ids are
@@ -113,7 +122,6 @@ class VllmBackend:
             prompt_ids=list(prompt_ids),
             token_ids=ids,
             log_probs=lps,
-            weight_version=self.weight_version,
         )
 
     async def _complete(self, prompt_ids: list[int], params: SamplingParams, ctx: CallContext) -> Generation:
@@ -168,15 +176,15 @@ class VllmBackend:
             prompt_ids=list(prompt_ids),
             token_ids=list(ids),
             log_probs=log_probs,
-            weight_version=self.weight_version,
         )
 
     async def reload_weights(self, path: str, version: str) -> None:
         """POST /v1/weights with a path: each upstream loads the checkpoint itself, in place
         (`POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": ...}}`), then
-        drops its prefix cache (`POST /reset_prefix_cache`: keys and values the old weights computed
-        must not serve the new ones). Both routes are vLLM's development mode (VLLM_SERVER_DEV_MODE=1).
-        The version changes only when every upstream has reloaded."""
+        drops its prefix cache, running requests' blocks included (`POST /reset_prefix_cache`: keys
+        and values the old weights computed must not serve the new ones). Both routes are vLLM's
+        development mode (VLLM_SERVER_DEV_MODE=1). The version changes only when every upstream
+        has reloaded; one that keeps its cache (`{"success": false}`) counts as failed."""
         failed: list[str] = []
         for url in self.router.urls:
             client = self.router.clients[url]
@@ -187,7 +195,14 @@ class VllmBackend:
                     {"method": "reload_weights", "kwargs": {"weights_path": path}},
                     timeout_s=max(self.timeout_s, 600.0),
                 )
-                await client.request("POST", "/reset_prefix_cache", None, timeout_s=max(self.timeout_s, 60.0))
+                # Requests may be running (asynchronous RL pushes while rollouts are collected):
+                # without reset_running_requests vLLM keeps the blocks they hold, and answers
+                # {"success": false}, so prompts sharing their prefix would be served keys and
+                # values the old weights computed. With it, vLLM preempts them and recomputes
+                # their tokens under the new weights.
+                answer = await client.request("POST", RESET_PREFIX_CACHE, None, timeout_s=max(self.timeout_s, 60.0))
+                if isinstance(answer, dict) and answer.get("success") is False:
+                    raise UpstreamError("it reloaded but did not drop its prefix cache", component="model")
             except RollgateError as exc:
                 status = getattr(exc, "upstream_status", None) or exc.status
                 if status in (404, 405):

@@ -208,3 +208,22 @@ async def test_idle_connections_are_dropped_before_vllm_s_keep_alive_closes_them
     # beside them, may take one in between)
     assert len(set(ports[:3])) < 3, ports
     assert ports[3] not in ports[:3], ports  # idle past CLIENT_KEEPALIVE_S: dropped by the client
+
+
+async def test_a_turn_carries_the_version_served_when_its_request_was_sent(tokenizer):
+    """Asynchronous RL reloads weights while rollouts run: a turn whose request went out before
+    the reload finished is labelled with the older policy (some of its tokens are that policy's),
+    so a staleness bound never takes it for fresher than it is. A request sent after the reload
+    carries the new version."""
+    with serve_in_thread(fake_vllm("r0", [], delay_s=1.0)) as url:
+        backend = VllmBackend([url], tokenizer, model="tiny", timeout_s=5.0, weight_version="step-0")
+        service = ModelService(backend, served_name="rollgate-tiny")
+        try:
+            in_flight = asyncio.create_task(service.create(_req("s")))
+            await asyncio.sleep(0.3)
+            assert not in_flight.done()
+            backend.weight_version = "step-1"  # a reload that completed while the request ran
+            assert {i["weight_version"] for i in (await in_flight)["output"]} == {"step-0"}
+            assert {i["weight_version"] for i in (await service.create(_req("s")))["output"]} == {"step-1"}
+        finally:
+            await service.aclose()

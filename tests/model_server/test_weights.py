@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from rollgate.core.errors import BadRequest
+from rollgate.core.errors import BadRequest, UpstreamError
 from rollgate.core.serving import serve_in_thread
 from rollgate.model_server.app import create_model_app
 from rollgate.model_server.weights import AdminAuth
@@ -191,9 +191,10 @@ def test_the_scripted_backend_takes_a_version_only(tiny_model_dir):
         assert turn_version(url) == "v7"
 
 
-def _fake_vllm(with_reload: bool, seen: list):
+def _fake_vllm(with_reload: bool, seen: list, *, resets: bool = True):
     """A stand-in for a vLLM server's development routes (vLLM itself is the opt-in vllm tier,
-    tests/trainer_adapters/test_vllm_generation.py, which reloads a real one)."""
+    tests/trainer_adapters/test_vllm_generation.py, which reloads a real one). `resets`: whether
+    its prefix cache reset succeeds (vLLM answers {"success": false} when blocks stay held)."""
     from fastapi import FastAPI
 
     app = FastAPI()
@@ -205,9 +206,9 @@ def _fake_vllm(with_reload: bool, seen: list):
             return {"results": [None]}
 
         @app.post("/reset_prefix_cache")
-        async def reset():
-            seen.append("reset_prefix_cache")
-            return {"success": True}
+        async def reset(reset_running_requests: bool = False):
+            seen.append(f"reset_prefix_cache running={reset_running_requests}")
+            return {"success": resets}
 
     return app
 
@@ -236,7 +237,12 @@ def test_the_vllm_backend_reloads_a_path_in_place_and_drops_the_prefix_cache_or_
         old = stack.enter_context(serve_in_thread(_fake_vllm(False, [])))
         state, version = asyncio.run(update([a, b], "/ckpt/step-1"))
         rpc = {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/step-1"}}
-        assert version == "v1" and state.source == "path" and seen == [rpc, "reset_prefix_cache"] * 2
+        # running requests' blocks go too: asynchronous RL reloads while rollouts are generated
+        assert version == "v1" and state.source == "path" and seen == [rpc, "reset_prefix_cache running=True"] * 2
+        keeps = stack.enter_context(serve_in_thread(_fake_vllm(True, [], resets=False)))
+        with pytest.raises(UpstreamError, match="did not drop its prefix cache") as failed:
+            asyncio.run(update([a, keeps], "/ckpt/step-2"))
+        assert "1 of 2 vLLM servers did not reload" in failed.value.message
         with pytest.raises(NotSupported, match="VLLM_SERVER_DEV_MODE"):
             asyncio.run(update([old], "/ckpt/step-1"))
         with pytest.raises(NotSupported, match="uploaded tensors"):
