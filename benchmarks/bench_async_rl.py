@@ -7,7 +7,7 @@ held-out reward of each.
     python -m benchmarks.bench_async_rl --out runs/tiny-math --from-run --steps 10   # from a `rollgate train` run's SFT
     python -m benchmarks.bench_async_rl --recipe smollm2-math --out runs/smollm2-math --from-run --steps 3 \
         --compare generation --vllm-python .vllm-venv/bin/python --screen-tasks 64
-    python -m benchmarks.bench_async_rl --recipe smollm2-math --out runs/smollm2-math --from-run --steps 4 \
+    python -m benchmarks.bench_async_rl --recipe smollm2-math --out runs/smollm2-math --from-run --steps 5 \
         --generation vllm --vllm-python .vllm-venv/bin/python --screen-tasks 0 --rounds 1
 
 `--compare generation` runs sync GRPO with `generation` local and vllm alternating (local, vllm,
