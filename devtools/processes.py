@@ -4,8 +4,6 @@ always clean up), and the Redis servers of the tests' own."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import signal
 import subprocess
@@ -13,7 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-from rollgate.core.server_process import ServerProcess  # noqa: F401 - re-exported
+from rollgate.core.server_process import (
+    ServerProcess,  # noqa: F401 - re-exported
+    end_process,
+)
 
 
 def rollgate_cmd(*args: str) -> list[str]:
@@ -73,17 +74,9 @@ class RedisProcess:
 
     def stop(self, sig: int = signal.SIGTERM, wait_s: float = 30.0) -> None:
         """SIGTERM: Redis fsyncs its AOF and exits (a clean restart); SIGKILL: a crash."""
-        if not self.alive():
-            return
-        assert self.proc is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.proc.pid, sig)
-        try:
-            self.proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=wait_s)
+        if self.alive():
+            assert self.proc is not None
+            end_process(self.proc, sig, wait_s, group=False)
 
     def restart(self, sig: int = signal.SIGTERM, down_s: float = 0.0) -> None:
         """Stop, stay down `down_s`, start again on the same port and data (the AOF is replayed)."""

@@ -35,6 +35,20 @@ def _end_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
 
 
+def end_process(proc: subprocess.Popen, sig: int, wait_s: float, *, group: bool) -> None:
+    """Send `sig` to `proc` (to its whole process group when `group`) and wait for it; SIGKILL if
+    it is still there after `wait_s`."""
+    send = os.killpg if group else os.kill
+    with contextlib.suppress(ProcessLookupError):
+        send(proc.pid, sig)
+    try:
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            send(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=wait_s)
+
+
 class ServerProcess:
     """`end_with_parent`: on Linux the server also gets SIGTERM when the process that started it
     dies (for a server that must not outlive its user: the recipe's vLLM)."""
@@ -105,17 +119,9 @@ class ServerProcess:
 
     def kill(self, sig: int = signal.SIGKILL, wait_s: float = 10.0) -> None:
         """Send `sig` to the process group and wait; SIGKILL if it is still there after `wait_s`."""
-        if not self.alive():
-            return
-        assert self.proc is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, sig)
-        try:
-            self.proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=wait_s)
+        if self.alive():
+            assert self.proc is not None
+            end_process(self.proc, sig, wait_s, group=True)
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
