@@ -50,6 +50,10 @@ def test_every_benchmark_parser_builds_and_documents_its_flags(name, monkeypatch
         ("bench_grpo_snr", ["--run", "x", "--batches", "1"], "argument --batches: must be >= 2, got 1"),
         ("bench_grpo_snr", ["--run", "x", "--trainable", "top:0"], "argument --trainable: --trainable must be one of"),
         ("bench_real_model", ["--kv-rounds", "-1"], "argument --kv-rounds: must be >= 0, got -1"),
+        ("bench_demo_sft", ["--set", "foo=1"], "argument --set: expected KEY=VALUE with KEY one of learning_rate"),
+        ("bench_demo_sft", ["--set", "epochs=0"], "argument --set: epochs must be > 0, got 0"),
+        ("bench_demo_sft", ["--set", "batch_size=0"], "argument --set: batch_size must be >= 1, got 0"),
+        ("bench_demo_sft", ["--set", "warmup_steps=-1"], "argument --set: warmup_steps must be >= 0, got -1"),
         ("bench_async_rl", ["--out", "x", "--compare", "speed"], "argument --compare: invalid choice: 'speed'"),
         ("bench_async_rl", ["--out", "x", "--screen-tasks", "-1"], "argument --screen-tasks: must be >= 0, got -1"),
         ("bench_async_rl", ["--out", "x", "--generation", "gpu"], "argument --generation: invalid choice: 'gpu'"),
@@ -118,3 +122,19 @@ def test_the_async_bench_runs_both_modes_on_the_generation_asked_for():
         ("vllm", {"mode": "sync", "generation": "vllm"}),
     ]
     assert b.results_name(args) == "bench_grpo_generation"
+
+
+def test_the_demo_sft_bench_trains_the_demo_recipe_with_the_settings_asked_for():
+    from benchmarks import bench_demo_sft as b
+    from rollgate.trainer_adapters.recipes import get_recipe
+
+    shipped = get_recipe("tiny-math-demo")
+    args = b.parse_args([])
+    assert b.recipe(args.settings) == shipped and b.results_name(args.settings) == "bench_demo_sft"
+    args = b.parse_args(["--set", "warmup_steps=20", "--set", "learning_rate=2e-3"])
+    cfg = b.recipe(args.settings)
+    assert (cfg.sft.warmup_steps, cfg.sft.learning_rate, cfg.sft.epochs) == (20, 2e-3, shipped.sft.epochs)
+    assert cfg.shape == shipped.shape and cfg.train_tasks == shipped.train_tasks
+    assert b.results_name(args.settings) == "bench_demo_sft_warmup_steps-20_learning_rate-0.002"
+    rows = [{"greedy_reward": r} for r in (0.05, 0.35, 0.6)]
+    assert b.summary(rows) == {"starts": 3, "mean": 0.333, "min": 0.05, "max": 0.6, "learned (>= 0.25)": 2}
