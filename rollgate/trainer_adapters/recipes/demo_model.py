@@ -62,16 +62,36 @@ def train_rows(cfg: RecipeConfig, exclude_keys: set[str]) -> list[dict[str, Any]
     return [r for r in train if row_key(cfg.env, r) not in exclude_keys]
 
 
+def demonstrations(
+    cfg: RecipeConfig, work: Path, exclude_keys: set[str], say: Progress
+) -> tuple[list[tuple[list[int], list[int]]], Path]:
+    """The recipe's gold demonstrations (played through the agent loop, exported as SFT) tokenized
+    for its initial model, and that model's directory, written under `work`: what SFT starts from."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from rollgate.trainer_adapters.recipes.data import collect_gold, sft_records, template_tools, tokenize_records
+    from rollgate.trainer_adapters.recipes.policy import build_policy
+
+    torch.manual_seed(cfg.seed)
+    rows = train_rows(cfg, exclude_keys)
+    if not rows:
+        raise BadRequest(f"recipe {cfg.name}: every training task is excluded", component="train", field="exclude")
+    say(f"{cfg.name}: playing {len(rows)} gold {cfg.env} demonstrations through the agent loop")
+    sft_file, _ = collect_gold(cfg, rows, work)
+    tools = template_tools(cfg.env)
+    records = sft_records(sft_file)
+    init = build_policy(cfg, work / "init", records, tools)
+    return tokenize_records(AutoTokenizer.from_pretrained(init), records, tools), init
+
+
 def build_sft_model(
     cfg: RecipeConfig, out: Path, *, exclude_keys: Iterable[str] = (), progress: Progress | None = None
 ) -> Path:
     """Gold demonstrations (played through the agent loop, exported as SFT), the recipe's initial
     model, then its SFT phase; the checkpoint is written into `out` with its stamp."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rollgate.trainer_adapters.recipes.data import collect_gold, sft_records, template_tools, tokenize_records
-    from rollgate.trainer_adapters.recipes.policy import build_policy
     from rollgate.trainer_adapters.recipes.sft_phase import train_sft
 
     say = progress or log.info
@@ -80,17 +100,8 @@ def build_sft_model(
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".build.", dir=out))
     try:
-        torch.manual_seed(cfg.seed)
-        rows = train_rows(cfg, excluded)
-        if not rows:
-            raise BadRequest(f"recipe {cfg.name}: every training task is excluded", component="train", field="exclude")
-        say(f"{cfg.name}: playing {len(rows)} gold {cfg.env} demonstrations through the agent loop")
-        sft_file, _ = collect_gold(cfg, rows, work)
-        tools = template_tools(cfg.env)
-        records = sft_records(sft_file)
-        init = build_policy(cfg, work / "init", records, tools)
+        examples, init = demonstrations(cfg, work, excluded, say)
         model, tok = AutoModelForCausalLM.from_pretrained(init), AutoTokenizer.from_pretrained(init)
-        examples = tokenize_records(tok, records, tools)
         total = max(1, int(len(examples) // cfg.sft.batch_size * cfg.sft.epochs + 0.999999))
         say(f"{cfg.name}: supervised fine-tuning, {total} steps of {cfg.sft.batch_size} demonstrations")
         # A line every PROGRESS_EVERY_S seconds, not every fifth of the run: on a loaded machine a
