@@ -84,12 +84,16 @@ RECIPES: dict[str, RecipeConfig] = {
         seed=0,
         train_tasks=800,
         heldout_tasks=200,
-        # 25 steps of 16 (half the demonstrations): a step runs the shared system prompt (with the
-        # tool listing, ~330 tokens) once and the 16 episodes' own ~130 tokens after it, through all
-        # 30 layers forward and the top 10 backward. Half, not all: after 50 steps the policy sampled
-        # (T = 0.7) what it decoded greedily (0.725 against 0.730), leaving GRPO nothing to sharpen;
-        # after 25 it samples 0.60 at T = 1 against 0.71 greedy (docs/trainers/recipes.md).
-        sft=SFTPhase(epochs=0.5, batch_size=16, learning_rate=5e-4, warmup_steps=5, trainable="top:10"),
+        # 20 steps of 16 (two fifths of the demonstrations): a step runs the shared system prompt
+        # (with the tool listing, ~330 tokens) once and the 16 episodes' own ~130 tokens after it,
+        # through all 30 layers forward and the top 10 backward. Not more: what GRPO can teach
+        # greedy decoding is the tasks the SFT policy decodes wrongly but sometimes samples right.
+        # After 25 steps greedy failed only where no sample succeeds (fractions, algebra) plus ~5
+        # tasks, and GRPO's greedy gain was +0.005; after 20, percent problems are still 0.20
+        # greedy and GRPO takes them to 0.73-0.80 (+0.030 and +0.050 greedy overall in two runs,
+        # docs/trainers/recipes.md).
+        # After 50 steps the policy sampled what it decoded greedily, leaving nothing to learn.
+        sft=SFTPhase(epochs=0.4, batch_size=16, learning_rate=5e-4, warmup_steps=5, trainable="top:10"),
         # sampled at 1.0 in training and evaluation, as tiny-math: the sampled policy's distance to
         # its greedy one is what GRPO can gain by sharpening (after 30 SFT steps: 0.65 at 1.0, 0.69
         # at 0.7, 0.72 greedy). A first SFT of 15 steps sampled mostly malformed tool calls at 1.0.
@@ -97,7 +101,7 @@ RECIPES: dict[str, RecipeConfig] = {
         # norm's one reliable direction (the sampling temperature) takes large steps, the layers'
         # directions, which batches agree on less (benchmarks/bench_grpo_snr.py: cosine 0.18 between
         # 64-episode batches), small ones. Screening first (128 training tasks x 4 samples) keeps
-        # the tasks the post-SFT policy sometimes solves and sometimes fails (41-43 of 128): 7 of 12
+        # the tasks the post-SFT policy sometimes solves and sometimes fails (47-49 of 128): 7 of 12
         # groups a step had no contrast without it, 2 to 4 with it. 14 steps of 12 prompts x 8
         # (the loss scores only completion tokens: prefix_logps.token_logps).
         grpo=GRPOPhase(
