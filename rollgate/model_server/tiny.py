@@ -7,7 +7,6 @@ builds it once (atomically, safe under concurrent callers) and returns the path.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -20,6 +19,8 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from rollgate.core.blocking import FileLock
 
 log = logging.getLogger("rollgate.model_server.tiny")
 
@@ -34,6 +35,7 @@ REQUIRED_FILES = ("config.json", "tokenizer.json", "model.safetensors")
 # 2: head_dim 32 (vLLM's CPU attention has no kernel for head_dim 16).
 RECIPE_VERSION = 2
 STAMP = "rollgate_tiny.json"
+BUILD_WAIT_S = 1800.0  # how long a caller waits while another process builds the same model
 
 
 @dataclass(frozen=True)
@@ -251,8 +253,7 @@ def build_once(target: Path, is_current: Callable[[Path], bool], build: Callable
     if is_current(target):
         return False
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with FileLock(target.parent / f".{target.name}.lock", what=f"the build of {target}", timeout_s=BUILD_WAIT_S):
         if is_current(target):
             return False
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))

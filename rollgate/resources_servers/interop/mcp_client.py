@@ -29,7 +29,6 @@ ends with env_error, never a reward. A tool result flagged `isError` is the mode
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import os
@@ -44,6 +43,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, Field
 
 from rollgate.core import jsonutil
+from rollgate.core.blocking import run_sync
 from rollgate.core.errors import UpstreamError, UpstreamTimeout
 from rollgate.core.schemas import TaskRow
 from rollgate.resources_servers.base import Environment, ToolError
@@ -190,7 +190,8 @@ class _Connection:
                 await self._stop.wait()
         except BaseException as exc:  # noqa: BLE001 - kept and reported to the next call
             self.error = _leaf(exc)
-            if isinstance(exc, asyncio.CancelledError):
+            # cancellation, Ctrl-C and a signal handler's exception (a test's timeout) go on
+            if not isinstance(exc, Exception | BaseExceptionGroup):
                 raise
         finally:
             self.session = None
@@ -251,16 +252,6 @@ def _result_text(result: Any) -> str:
     return "\n".join(parts) if parts else "ok"
 
 
-def _run_blocking(coro) -> Any:
-    """Run a coroutine to completion from sync code, inside a running loop or not."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
 class MCPToolsEnvironment(Environment):
     """Subclass it: set `name` and `server`, a `State` deriving from MCPSessionState, `seed` and
     `verify`. Options may also come as constructor arguments (`server=...`)."""
@@ -301,7 +292,7 @@ class MCPToolsEnvironment(Environment):
                 return (await asyncio.wait_for(session.list_tools(), self.server.connect_timeout_s)).tools
 
         try:
-            tools = _run_blocking(list_tools())
+            tools = run_sync(list_tools())
         except ImportError as exc:
             raise ImportError(
                 f'MCP environments need the extra "interop" (pip install "rollgate[interop]"): {exc}'

@@ -29,7 +29,6 @@ does not answer within `tool_timeout_s` ends the episode with env_error naming i
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import importlib.util
 import re
 import secrets
@@ -40,6 +39,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rollgate.core import jsonutil
+from rollgate.core.blocking import run_sync
 from rollgate.core.errors import BadRequest, CapacityError, ProtocolError, UpstreamError
 from rollgate.core.schemas import TaskRow, VerifyRequest, VerifyResult
 from rollgate.resources_servers.base import Environment, ToolError
@@ -71,16 +71,6 @@ class OpenEnvState(BaseModel):
 class _Live:
     episode: Any  # openenv_targets._SocketEpisode | _LocalEpisode
     last_used: float
-
-
-def _run_blocking(coro: Any) -> Any:
-    """Run a coroutine to completion from start-up code, inside a running loop or not."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 def _is_call_tool(schema: dict[str, Any]) -> bool:
@@ -148,7 +138,7 @@ class OpenEnvEnvironment(Environment):
                 await episode.aclose()
 
         try:
-            tools = _run_blocking(list_tools())["observation"].get("tools")
+            tools = run_sync(list_tools())["observation"].get("tools")
         except ActionRejected as exc:
             raise ProtocolError(f"{self.target.describe()} refused list_tools: {exc}", component=COMPONENT) from None
         if not isinstance(tools, list) or not all(

@@ -18,7 +18,6 @@ tasks" is the same list on every machine and is computed once.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import logging
 import os
@@ -26,12 +25,12 @@ import random
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from rollgate.core.blocking import FileLock
 from rollgate.core.errors import BadRequest
 from rollgate.resources_servers.families.swe.checkout import Files, pristine, source_files, visible
 from rollgate.resources_servers.families.swe.mutations import KINDS, Mutation, apply, enumerate_mutations
@@ -47,6 +46,7 @@ MAX_TARGETS = 8
 BASELINE_RUNS = 3  # runs of the pristine suite; the baseline is what passes in all of them
 CONFIRM_RUNS = 3  # further runs of a candidate's targets alone, each of which they must fail
 MAX_SCAN = 400  # candidates validated at most per project version, however few were kept
+LOCK_WAIT_S = 3600.0  # how long a caller waits while another builds the same pool
 
 
 class Task(BaseModel):
@@ -103,14 +103,6 @@ def baseline(project: Project, home: str) -> set[str] | None:
     return {str(t) for t in value} if isinstance(value, list) else None
 
 
-@contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 def _write_json(path: Path, value: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".pool.", dir=path.parent)
     with os.fdopen(fd, "w") as f:
@@ -133,7 +125,8 @@ class PoolBuilder:
     async def tasks(self, project: Project, count: int, *, progress: Callable[[str], None] | None = None) -> list[Task]:
         """The first `count` validated tasks (fewer only when the candidates run out)."""
         path = self.path(project)
-        with _locked(path):
+        what = f"the task pool of {project.requirement}"
+        async with FileLock(path.with_suffix(".lock"), what=what, timeout_s=LOCK_WAIT_S, component="env:swe"):
             return await self._tasks(project, count, path, progress or log.info)
 
     async def _tasks(self, project: Project, count: int, path: Path, progress: Callable[[str], None]) -> list[Task]:

@@ -9,13 +9,11 @@ split is a function of its mutation), so the same (n, seed) always gives the sam
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import os
 import random
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
+from rollgate.core.blocking import run_sync
 from rollgate.core.errors import BadRequest
 from rollgate.core.rows import derive_seed
 from rollgate.core.settings import Settings
@@ -29,17 +27,6 @@ from rollgate.resources_servers.families.swe.sources import ensure_runner, ensur
 from rollgate.sandbox import make_provider
 
 POOL_SIZE = 60  # validated tasks per project version
-T = TypeVar("T")
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine from sync code, also when called inside a running event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 def builder(home: str, workers: int | None = None) -> PoolBuilder:
