@@ -371,6 +371,11 @@ def test_screening_trains_grpo_on_the_tasks_it_can_learn_from_and_records_what_i
     s = m["rl_screening"]
     assert s["screened"] == 6 and s["samples"] == 2
     assert s["kept"] + s["all_solved"] + s["all_failed"] == 6
+    # per kind of task (the rows' category): the same counts, split
+    screened = [json.loads(line) for line in (out / "data" / "train_tasks.jsonl").read_text().splitlines()[:6]]
+    assert set(s["by_category"]) == {r["category"] for r in screened}
+    for verdict in ("kept", "all_solved", "all_failed"):
+        assert sum(c[verdict] for c in s["by_category"].values()) == s[verdict]
     # fewer kept than a step's prompts: GRPO trains on all rows rather than on no full batch
     assert s["used"] == ("kept" if s["kept"] >= grpo.prompts_per_step else "all")
     assert m["rl_steps"] == 2 and m["config"]["grpo"]["screen_tasks"] == 6

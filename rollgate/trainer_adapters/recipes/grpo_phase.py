@@ -60,6 +60,9 @@ class GRPOResult:
     push_seconds: list[float] = field(default_factory=list)  # vLLM generation: each weight push's wall time
 
 
+SCREEN_VERDICTS = ("kept", "all_solved", "all_failed")
+
+
 def screen(rollout_func: Any, rollgate: Any, rows: list[dict[str, Any]], cfg: RecipeConfig) -> tuple[list, dict]:
     """The training rows GRPO can learn from: of the first `screen_tasks`, those whose
     `screen_samples` episodes under the current policy are neither all solved nor all failed (by
@@ -77,22 +80,26 @@ def screen(rollout_func: Any, rollgate: Any, rows: list[dict[str, Any]], cfg: Re
             policy_version="step-0",
         )
     )
-    kept, solved, failed = [], 0, 0
+    kept: list[dict[str, Any]] = []
+    verdicts: list[str] = []
+    by_category: dict[str, dict[str, int]] = {}
     for row, trajs in zip(pool, groups, strict=True):
         rewards = [t.reward for t in trajs if t.ok and t.reward is not None]
         passed = sum(r >= cfg.eval.threshold for r in rewards)
         if rewards and 0 < passed < len(rewards):
             kept.append(row)
-        elif rewards and passed == len(rewards):
-            solved += 1
+            verdict = "kept"
         else:
-            failed += 1
-    info = {
+            verdict = "all_solved" if rewards and passed == len(rewards) else "all_failed"
+        verdicts.append(verdict)
+        # which kinds of task GRPO trains on, and which it never samples again (the row's category)
+        counts = by_category.setdefault(str(row.get("category") or "-"), dict.fromkeys(SCREEN_VERDICTS, 0))
+        counts[verdict] += 1
+    info: dict[str, Any] = {
         "screened": len(pool),
         "samples": g.screen_samples,
-        "kept": len(kept),
-        "all_solved": solved,
-        "all_failed": failed,
+        **{v: verdicts.count(v) for v in SCREEN_VERDICTS},
+        "by_category": dict(sorted(by_category.items())),
         "seconds": round(time.perf_counter() - started, 1),
     }
     # Fewer rows than a step's prompts would give TRL no full batch (it would train 0 steps).
