@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -142,27 +142,28 @@ class FileLock:
             return now
         return last_log
 
-    def __enter__(self) -> FileLock:
+    def _waits(self) -> Iterator[float]:
+        """The pauses between tries, until the lock is taken (or the deadline raises)."""
         started = last_log = time.monotonic()
         delay = 0.02
+        while not self._try():
+            last_log = self._waited(started, last_log)
+            yield delay
+            delay = min(delay * 2, 0.5)
+
+    def __enter__(self) -> FileLock:
         try:
-            while not self._try():
-                last_log = self._waited(started, last_log)
+            for delay in self._waits():
                 time.sleep(delay)
-                delay = min(delay * 2, 0.5)
-        except BaseException:
+        except BaseException:  # interrupted, or the deadline passed
             self._close()
             raise
         return self
 
     async def __aenter__(self) -> FileLock:
-        started = last_log = time.monotonic()
-        delay = 0.02
         try:
-            while not self._try():
-                last_log = self._waited(started, last_log)
+            for delay in self._waits():
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
         except BaseException:  # cancelled, or the deadline passed
             self._close()
             raise

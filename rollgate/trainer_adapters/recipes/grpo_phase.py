@@ -81,7 +81,6 @@ def screen(rollout_func: Any, rollgate: Any, rows: list[dict[str, Any]], cfg: Re
         )
     )
     kept: list[dict[str, Any]] = []
-    verdicts: list[str] = []
     by_category: dict[str, dict[str, int]] = {}
     for row, trajs in zip(pool, groups, strict=True):
         rewards = [t.reward for t in trajs if t.ok and t.reward is not None]
@@ -91,14 +90,13 @@ def screen(rollout_func: Any, rollgate: Any, rows: list[dict[str, Any]], cfg: Re
             verdict = "kept"
         else:
             verdict = "all_solved" if rewards and passed == len(rewards) else "all_failed"
-        verdicts.append(verdict)
         # which kinds of task GRPO trains on, and which it never samples again (the row's category)
         counts = by_category.setdefault(str(row.get("category") or "-"), dict.fromkeys(SCREEN_VERDICTS, 0))
         counts[verdict] += 1
     info: dict[str, Any] = {
         "screened": len(pool),
         "samples": g.screen_samples,
-        **{v: verdicts.count(v) for v in SCREEN_VERDICTS},
+        **{v: sum(c[v] for c in by_category.values()) for v in SCREEN_VERDICTS},
         "by_category": dict(sorted(by_category.items())),
         "seconds": round(time.perf_counter() - started, 1),
     }
