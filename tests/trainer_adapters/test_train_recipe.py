@@ -363,7 +363,7 @@ def test_screening_trains_grpo_on_the_tasks_it_can_learn_from_and_records_what_i
     grpo = dataclasses.replace(SHORT.grpo, eval_every=0)
     monkeypatch.setitem(recipes.RECIPES, "tiny-math", dataclasses.replace(SHORT, grpo=grpo))
     out = tmp_path / "screened"
-    settings = ["screen_tasks=6", "screen_samples=2", "norm_learning_rate=1e-2"]
+    settings = ["screen_tasks=6", "screen_samples=2", "screen_keep_solved=0.5", "norm_learning_rate=1e-2"]
     argv = ["train", "--recipe", "tiny-math", "--out", str(out), "--rl-trainable", "top:1"]
     assert main([*argv, *(a for s in settings for a in ("--rl-set", s))]) == 0
     m = json.loads((out / "metrics.json").read_text())
@@ -374,11 +374,39 @@ def test_screening_trains_grpo_on_the_tasks_it_can_learn_from_and_records_what_i
     # per kind of task (the rows' category): the same counts, split
     screened = [json.loads(line) for line in (out / "data" / "train_tasks.jsonl").read_text().splitlines()[:6]]
     assert set(s["by_category"]) == {r["category"] for r in screened}
-    for verdict in ("kept", "all_solved", "all_failed"):
+    for verdict in ("kept", "all_solved", "all_failed", "anchors"):
         assert sum(c[verdict] for c in s["by_category"].values()) == s[verdict]
     # fewer kept than a step's prompts: GRPO trains on all rows rather than on no full batch
     assert s["used"] == ("kept" if s["kept"] >= grpo.prompts_per_step else "all")
     assert m["rl_steps"] == 2 and m["config"]["grpo"]["screen_tasks"] == 6
+
+
+def test_screening_keeps_a_share_of_each_kind_s_solved_tasks_as_anchors():
+    """The pool rule alone (screening's sampling is the test above): every task with contrast, and
+    `screen_keep_solved` of each category's all-solved tasks, rounded up, in screening order;
+    all-failed tasks never."""
+    from rollgate.trainer_adapters.recipes.grpo_phase import choose_pool, verdict
+
+    assert [verdict(r, 1.0) for r in ([1.0, 0.0], [1.0, 1.0], [0.0, 0.5], [])] == [
+        "kept",
+        "all_solved",
+        "all_failed",
+        "all_failed",  # every episode failed (infrastructure): no verdict on the task, never trained on
+    ]
+    kinds = ["shop"] * 5 + ["pack"] * 3 + ["frac"] * 2
+    rows = [{"id": i, "category": k} for i, k in enumerate(kinds)]
+    verdicts = ["all_solved"] * 4 + ["kept"] + ["all_solved", "kept", "kept"] + ["all_failed"] * 2
+    chosen, by_category = choose_pool(rows, verdicts, 0.25)
+    assert [r["id"] for r in chosen] == [4, 6, 7, 0, 5]  # kept, then ceil(0.25 x 4) shop and ceil(0.25 x 1) pack
+    assert by_category == {
+        "frac": {"kept": 0, "all_solved": 0, "all_failed": 2, "anchors": 0},
+        "pack": {"kept": 2, "all_solved": 1, "all_failed": 0, "anchors": 1},
+        "shop": {"kept": 1, "all_solved": 4, "all_failed": 0, "anchors": 1},
+    }
+    assert [r["id"] for r in choose_pool(rows, verdicts, 0.0)[0]] == [4, 6, 7]  # the default: no anchors
+    assert len(choose_pool(rows, verdicts, 1.0)[0]) == 8
+    with pytest.raises(ValueError, match="screen_keep_solved"):
+        GRPOPhase(screen_keep_solved=1.5)
 
 
 def one_grpo_step(trained: Path, monkeypatch, tmp_path: Path, **grpo) -> tuple:

@@ -45,6 +45,9 @@ class GRPOPhase:
     # sometimes fails: a group that all pass or all fail has zero advantage and teaches nothing.
     screen_tasks: int = 0
     screen_samples: int = 4
+    # ... and keep this share of each kind's all-solved tasks too (anchors, rounded up): no gradient
+    # while every sample solves them, a negative one where a skill trained on another kind leaks in
+    screen_keep_solved: float = 0.0
     temperature: float = 1.0
     max_completion_length: int = 160  # tokens of the whole multi-turn completion, env tokens included
     eval_every: int = 5  # held-out evaluation every N GRPO steps (and at the end)
@@ -80,6 +83,8 @@ class GRPOPhase:
                 f"GRPOPhase.screen_tasks must be >= 0 and screen_samples >= 2 (a task needs two samples to "
                 f"disagree), got {self.screen_tasks} and {self.screen_samples}"
             )
+        if not 0.0 <= self.screen_keep_solved <= 1.0:
+            raise ValueError(f"GRPOPhase.screen_keep_solved must be in [0, 1], got {self.screen_keep_solved}")
         if self.generation not in GENERATIONS:
             raise ValueError(f"GRPOPhase.generation must be one of {', '.join(GENERATIONS)}, got {self.generation!r}")
         if self.trainable == "final_norm_scale" and (self.mode == "async" or self.generation != "local"):

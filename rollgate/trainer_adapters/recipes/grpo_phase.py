@@ -26,6 +26,7 @@ and thawed after it: recipes/trainable.py), for budgets whose batches cannot est
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -63,10 +64,41 @@ class GRPOResult:
 SCREEN_VERDICTS = ("kept", "all_solved", "all_failed")
 
 
+def verdict(rewards: list[float], threshold: float) -> str:
+    """A screened task's verdict from its samples' verified rewards (failed episodes left out)."""
+    passed = sum(r >= threshold for r in rewards)
+    if rewards and 0 < passed < len(rewards):
+        return "kept"
+    return "all_solved" if rewards and passed == len(rewards) else "all_failed"
+
+
+def choose_pool(pool: list[dict[str, Any]], verdicts: list[str], keep_solved: float) -> tuple[list, dict]:
+    """The rows GRPO trains on, from the screened rows and their verdicts: the kept ones, then
+    `keep_solved` of each category's all-solved ones (rounded up, in screening order) as anchors.
+    An anchor's group has no contrast while every sample solves it, and a negative one for the
+    samples that fail it as soon as a skill trained on another kind leaks into its kind."""
+    kept = [row for row, v in zip(pool, verdicts, strict=True) if v == "kept"]
+    solved: dict[str, list[dict[str, Any]]] = {}
+    by_category: dict[str, dict[str, int]] = {}
+    for row, v in zip(pool, verdicts, strict=True):
+        category = str(row.get("category") or "-")
+        counts = by_category.setdefault(category, {**dict.fromkeys(SCREEN_VERDICTS, 0), "anchors": 0})
+        counts[v] += 1
+        if v == "all_solved":
+            solved.setdefault(category, []).append(row)
+    anchors: list[dict[str, Any]] = []
+    for category, rows in solved.items():
+        take = math.ceil(keep_solved * len(rows))
+        anchors += rows[:take]
+        by_category[category]["anchors"] = take
+    return kept + anchors, dict(sorted(by_category.items()))
+
+
 def screen(rollout_func: Any, rollgate: Any, rows: list[dict[str, Any]], cfg: RecipeConfig) -> tuple[list, dict]:
     """The training rows GRPO can learn from: of the first `screen_tasks`, those whose
     `screen_samples` episodes under the current policy are neither all solved nor all failed (by
-    verified reward, at the GRPO temperature). Failed episodes (infrastructure) count as neither."""
+    verified reward, at the GRPO temperature), with `screen_keep_solved` of the all-solved ones as
+    anchors (choose_pool). Failed episodes (infrastructure) count as neither."""
     from rollgate.core.schemas import TaskRow
 
     g = cfg.grpo
@@ -80,38 +112,32 @@ def screen(rollout_func: Any, rollgate: Any, rows: list[dict[str, Any]], cfg: Re
             policy_version="step-0",
         )
     )
-    kept: list[dict[str, Any]] = []
-    by_category: dict[str, dict[str, int]] = {}
-    for row, trajs in zip(pool, groups, strict=True):
-        rewards = [t.reward for t in trajs if t.ok and t.reward is not None]
-        passed = sum(r >= cfg.eval.threshold for r in rewards)
-        if rewards and 0 < passed < len(rewards):
-            kept.append(row)
-            verdict = "kept"
-        else:
-            verdict = "all_solved" if rewards and passed == len(rewards) else "all_failed"
-        # which kinds of task GRPO trains on, and which it never samples again (the row's category)
-        counts = by_category.setdefault(str(row.get("category") or "-"), dict.fromkeys(SCREEN_VERDICTS, 0))
-        counts[verdict] += 1
+    verdicts = [
+        verdict([t.reward for t in trajs if t.ok and t.reward is not None], cfg.eval.threshold) for trajs in groups
+    ]
+    chosen, by_category = choose_pool(pool, verdicts, g.screen_keep_solved)
     info: dict[str, Any] = {
         "screened": len(pool),
         "samples": g.screen_samples,
-        **{v: sum(c[v] for c in by_category.values()) for v in SCREEN_VERDICTS},
-        "by_category": dict(sorted(by_category.items())),
+        **{v: verdicts.count(v) for v in SCREEN_VERDICTS},
+        "anchors": len(chosen) - verdicts.count("kept"),
+        # which kinds of task GRPO trains on, and which it never samples again (the row's category)
+        "by_category": by_category,
         "seconds": round(time.perf_counter() - started, 1),
     }
-    # Fewer rows than a step's prompts would give TRL no full batch (it would train 0 steps).
-    info["used"] = "kept" if len(kept) >= g.prompts_per_step else "all"
+    # Fewer rows with contrast than a step's prompts would give TRL no full batch of them (with no
+    # anchors, it would train 0 steps): train on all rows instead.
+    info["used"] = "kept" if info["kept"] >= g.prompts_per_step else "all"
     log.info("grpo screening: %s", info)
     if info["used"] == "all":
         log.warning(
             "grpo screening kept %d tasks, fewer than a step's %d prompts; training on all %d rows",
-            len(kept),
+            info["kept"],
             g.prompts_per_step,
             len(rows),
         )
         return rows, info
-    return kept, info
+    return chosen, info
 
 
 def rollout_source(cfg: RecipeConfig, model: Any, tokenizer: Any, work_dir: Path, settings: Settings) -> Any:
