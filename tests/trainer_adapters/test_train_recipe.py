@@ -270,6 +270,7 @@ def test_a_non_empty_out_dir_is_refused_unless_resuming(tmp_path, capsys):
         ("--rl-set", "screen_tasks=many"),
         ("--rl-set", "screen_samples=1"),
         ("--rl-set", "norm_learning_rate=0"),
+        ("--rl-set", "screen_keep_solved=2"),
     ],
 )
 def test_bad_overrides_name_their_flag(tmp_path, capsys, flag, value):
@@ -405,6 +406,9 @@ def test_screening_keeps_a_share_of_each_kind_s_solved_tasks_as_anchors():
     }
     assert [r["id"] for r in choose_pool(rows, verdicts, 0.0)[0]] == [4, 6, 7]  # the default: no anchors
     assert len(choose_pool(rows, verdicts, 1.0)[0]) == 8
+    # a share whose product is whole takes exactly that many (not one more from float rounding)
+    many = [{"id": i, "category": "travel"} for i in range(25)]
+    assert len(choose_pool(many, ["all_solved"] * 25, 0.28)[0]) == 7  # 0.28 x 25 is 7.000000000000001
     with pytest.raises(ValueError, match="screen_keep_solved"):
         GRPOPhase(screen_keep_solved=1.5)
 

@@ -77,18 +77,21 @@ def choose_pool(pool: list[dict[str, Any]], verdicts: list[str], keep_solved: fl
     `keep_solved` of each category's all-solved ones (rounded up, in screening order) as anchors.
     An anchor's group has no contrast while every sample solves it, and a negative one for the
     samples that fail it as soon as a skill trained on another kind leaks into its kind."""
-    kept = [row for row, v in zip(pool, verdicts, strict=True) if v == "kept"]
+    kept: list[dict[str, Any]] = []
     solved: dict[str, list[dict[str, Any]]] = {}
     by_category: dict[str, dict[str, int]] = {}
     for row, v in zip(pool, verdicts, strict=True):
         category = str(row.get("category") or "-")
         counts = by_category.setdefault(category, {**dict.fromkeys(SCREEN_VERDICTS, 0), "anchors": 0})
         counts[v] += 1
-        if v == "all_solved":
+        if v == "kept":
+            kept.append(row)
+        elif v == "all_solved":
             solved.setdefault(category, []).append(row)
     anchors: list[dict[str, Any]] = []
     for category, rows in solved.items():
-        take = math.ceil(keep_solved * len(rows))
+        # rounded before the ceiling: 0.28 x 25 is 7.000000000000001 in floating point, and 7 tasks
+        take = math.ceil(round(keep_solved * len(rows), 9))
         anchors += rows[:take]
         by_category[category]["anchors"] = take
     return kept + anchors, dict(sorted(by_category.items()))
