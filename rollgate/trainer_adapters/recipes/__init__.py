@@ -90,8 +90,8 @@ RECIPES: dict[str, RecipeConfig] = {
         # greedy decoding is the tasks the SFT policy decodes wrongly but sometimes samples right.
         # After 25 steps greedy failed only where no sample succeeds (fractions, algebra) plus ~5
         # tasks, and GRPO's greedy gain was +0.005; after 20, percent problems are still 0.20
-        # greedy and GRPO takes them to 0.60-0.80 (+0.050, +0.030 and +0.005 greedy overall in
-        # three runs: other kinds lose some, docs/trainers/recipes.md).
+        # greedy and GRPO takes them to 0.60-0.87 (+0.050, +0.030, +0.005 and +0.055 greedy overall
+        # in four runs: other kinds lose some, docs/trainers/recipes.md).
         # After 50 steps the policy sampled what it decoded greedily, leaving nothing to learn.
         sft=SFTPhase(epochs=0.4, batch_size=16, learning_rate=5e-4, warmup_steps=5, trainable="top:10"),
         # sampled at 1.0 in training and evaluation, as tiny-math: the sampled policy's distance to
@@ -101,7 +101,7 @@ RECIPES: dict[str, RecipeConfig] = {
         # norm's one reliable direction (the sampling temperature) takes large steps, the layers'
         # directions, which batches agree on less (benchmarks/bench_grpo_snr.py: cosine 0.18 between
         # 64-episode batches), small ones. Screening first (128 training tasks x 4 samples) keeps
-        # the tasks the post-SFT policy sometimes solves and sometimes fails (47-49 of 128): 7 of 12
+        # the tasks the post-SFT policy sometimes solves and sometimes fails (47-55 of 128): 7 of 12
         # groups a step had no contrast without it, 2 to 4 with it. 14 steps of 12 prompts x 8
         # (the loss scores only completion tokens: prefix_logps.token_logps).
         grpo=GRPOPhase(
@@ -113,7 +113,7 @@ RECIPES: dict[str, RecipeConfig] = {
             screen_tasks=128,
             screen_samples=4,
             temperature=1.0,
-            eval_every=0,  # measured at the end only: each 200-task point costs ~3 minutes of the 45
+            eval_every=0,  # measured at the end only: each 200-task point costs 2-3 minutes of the 45
             trainable="top:2",
             max_completion_length=192,
         ),
