@@ -90,8 +90,8 @@ RECIPES: dict[str, RecipeConfig] = {
         # greedy decoding is the tasks the SFT policy decodes wrongly but sometimes samples right.
         # After 25 steps greedy failed only where no sample succeeds (fractions, algebra) plus ~5
         # tasks, and GRPO's greedy gain was +0.005; after 20, percent problems are still 0.20
-        # greedy and GRPO takes them to 0.60-0.87 (+0.050, +0.030, +0.005 and +0.055 greedy overall
-        # in four runs: other kinds lose some, docs/trainers/recipes.md).
+        # greedy and GRPO takes them to 0.60-0.87 (+0.050, +0.030, +0.005, +0.055 and +0.050 greedy
+        # overall in five runs: other kinds lose some, docs/trainers/recipes.md).
         # After 50 steps the policy sampled what it decoded greedily, leaving nothing to learn.
         sft=SFTPhase(epochs=0.4, batch_size=16, learning_rate=5e-4, warmup_steps=5, trainable="top:10"),
         # sampled at 1.0 in training and evaluation, as tiny-math: the sampled policy's distance to
